@@ -1,0 +1,45 @@
+/* The CUDA driver API as gvmshim sees it: cuda.h built for the legacy
+ * default stream, plus prototypes of the per-thread-stream (_ptds/_ptsz)
+ * ELF symbols that cuda.h only declares under CUDA_API_PER_THREAD_DEFAULT_STREAM.
+ * Every file that names a driver entry point includes this, never cuda.h. */
+#ifndef GVM_CUDA_API_H
+#define GVM_CUDA_API_H
+
+#undef CUDA_API_PER_THREAD_DEFAULT_STREAM
+#include <cuda.h>
+
+/* cuda.h renames cuGetProcAddress to the 5-argument _v2; the 4-argument
+ * symbol still exists in libcuda for old runtimes. */
+#undef cuGetProcAddress
+typedef CUresult (*gvm_pfn_getproc_v1)(const char *, void **, int, cuuint64_t);
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
+                                  cuuint64_t flags);
+
+/* The per-thread default-stream variants have the base ABI. */
+#define GVM_PT_VARIANTS(X)                                                     \
+    X(cuMemcpy, _ptds) X(cuMemcpyAsync, _ptsz) X(cuMemcpyPeer, _ptds)          \
+    X(cuMemcpyPeerAsync, _ptsz) X(cuMemcpyHtoD_v2, _ptds)                      \
+    X(cuMemcpyDtoH_v2, _ptds) X(cuMemcpyDtoD_v2, _ptds)                        \
+    X(cuMemcpyDtoA_v2, _ptds) X(cuMemcpyAtoD_v2, _ptds)                        \
+    X(cuMemcpyHtoDAsync_v2, _ptsz) X(cuMemcpyDtoHAsync_v2, _ptsz)              \
+    X(cuMemcpyDtoDAsync_v2, _ptsz) X(cuMemcpy2D_v2, _ptds)                     \
+    X(cuMemcpy2DUnaligned_v2, _ptds) X(cuMemcpy2DAsync_v2, _ptsz)              \
+    X(cuMemcpy3D_v2, _ptds) X(cuMemcpy3DAsync_v2, _ptsz)                       \
+    X(cuMemcpy3DPeer, _ptds) X(cuMemcpy3DPeerAsync, _ptsz)                     \
+    X(cuMemcpyBatchAsync_v2, _ptsz)                                            \
+    X(cuMemsetD8_v2, _ptds) X(cuMemsetD16_v2, _ptds) X(cuMemsetD32_v2, _ptds)  \
+    X(cuMemsetD2D8_v2, _ptds) X(cuMemsetD2D16_v2, _ptds)                       \
+    X(cuMemsetD2D32_v2, _ptds) X(cuMemsetD8Async, _ptsz)                       \
+    X(cuMemsetD16Async, _ptsz) X(cuMemsetD32Async, _ptsz)                      \
+    X(cuMemsetD2D8Async, _ptsz) X(cuMemsetD2D16Async, _ptsz)                   \
+    X(cuMemsetD2D32Async, _ptsz) X(cuMemAllocAsync, _ptsz)                     \
+    X(cuMemFreeAsync, _ptsz) X(cuLaunchKernel, _ptsz)                          \
+    X(cuLaunchKernelEx, _ptsz) X(cuLaunchCooperativeKernel, _ptsz)             \
+    X(cuGraphLaunch, _ptsz) X(cuStreamSynchronize, _ptsz)                      \
+    X(cuStreamQuery, _ptsz) X(cuEventRecord, _ptsz)
+
+#define GVM_DECLARE_PT(base, sfx) extern __typeof__(base) base##sfx;
+GVM_PT_VARIANTS(GVM_DECLARE_PT)
+#undef GVM_DECLARE_PT
+
+#endif

@@ -1,0 +1,62 @@
+/* Every driver entry point gvmshim uses or interposes, once.
+ *   R(name): the core needs it; a driver without it cannot be served.
+ *   O(name): optional; a NULL slot means "absent from this driver".
+ * The table in driver.h, the real-pointer lookup of the preload layer and
+ * the simulated driver used by tests are all generated from this list. */
+#ifndef GVM_DRIVER_LIST_H
+#define GVM_DRIVER_LIST_H
+
+#define GVM_DRIVER_CORE(R, O)                                                  \
+    R(cuInit) R(cuDriverGetVersion) R(cuGetErrorString) R(cuGetErrorName)      \
+    R(cuDeviceGetCount) R(cuDeviceGet) R(cuDeviceGetAttribute)                 \
+    R(cuDeviceCanAccessPeer) R(cuDeviceTotalMem_v2)                            \
+    R(cuDevicePrimaryCtxRetain) R(cuDevicePrimaryCtxRelease_v2)                \
+    R(cuCtxGetCurrent) R(cuCtxSetCurrent) R(cuCtxPushCurrent_v2)               \
+    R(cuCtxPopCurrent_v2) R(cuCtxGetDevice) R(cuCtxSynchronize)                \
+    R(cuStreamCreate) R(cuStreamDestroy_v2) R(cuStreamSynchronize)             \
+    R(cuStreamWaitEvent) R(cuStreamIsCapturing) R(cuEventCreate)               \
+    R(cuEventDestroy_v2) R(cuEventRecord) R(cuEventSynchronize)                \
+    R(cuEventQuery) O(cuThreadExchangeStreamCaptureMode)                       \
+    R(cuMemAddressReserve) R(cuMemAddressFree) R(cuMemCreate) R(cuMemRelease)  \
+    R(cuMemMap) R(cuMemUnmap) R(cuMemSetAccess) R(cuMemGetAllocationGranularity)\
+    O(cuMemRetainAllocationHandle) O(cuMemGetAllocationPropertiesFromHandle)   \
+    O(cuFuncGetParamInfo) O(cuKernelGetParamInfo)                              \
+    O(cuGetProcAddress) O(cuGetProcAddress_v2)
+
+/* Entry points the preload layer interposes (hooks) or forwards. */
+#define GVM_DRIVER_HOOKED(R, O)                                                \
+    O(cuMemAlloc_v2) O(cuMemAllocPitch_v2) O(cuMemFree_v2) O(cuMemGetInfo_v2)  \
+    O(cuMemGetAddressRange_v2) O(cuPointerGetAttribute)                        \
+    O(cuPointerGetAttributes) O(cuMemAllocAsync) O(cuMemAllocAsync_ptsz)       \
+    O(cuMemFreeAsync) O(cuMemFreeAsync_ptsz)                                   \
+    O(cuMemcpy) O(cuMemcpy_ptds) O(cuMemcpyAsync) O(cuMemcpyAsync_ptsz)        \
+    O(cuMemcpyPeer) O(cuMemcpyPeer_ptds) O(cuMemcpyPeerAsync)                  \
+    O(cuMemcpyPeerAsync_ptsz) O(cuMemcpyHtoD_v2) O(cuMemcpyHtoD_v2_ptds)       \
+    O(cuMemcpyDtoH_v2) O(cuMemcpyDtoH_v2_ptds) O(cuMemcpyDtoD_v2)              \
+    O(cuMemcpyDtoD_v2_ptds) O(cuMemcpyDtoA_v2) O(cuMemcpyDtoA_v2_ptds)         \
+    O(cuMemcpyAtoD_v2) O(cuMemcpyAtoD_v2_ptds) O(cuMemcpyHtoDAsync_v2)         \
+    O(cuMemcpyHtoDAsync_v2_ptsz) O(cuMemcpyDtoHAsync_v2)                       \
+    O(cuMemcpyDtoHAsync_v2_ptsz) O(cuMemcpyDtoDAsync_v2)                       \
+    O(cuMemcpyDtoDAsync_v2_ptsz) O(cuMemcpy2D_v2) O(cuMemcpy2D_v2_ptds)        \
+    O(cuMemcpy2DUnaligned_v2) O(cuMemcpy2DUnaligned_v2_ptds)                   \
+    O(cuMemcpy2DAsync_v2) O(cuMemcpy2DAsync_v2_ptsz) O(cuMemcpy3D_v2)          \
+    O(cuMemcpy3D_v2_ptds) O(cuMemcpy3DAsync_v2) O(cuMemcpy3DAsync_v2_ptsz)     \
+    O(cuMemcpy3DPeer) O(cuMemcpy3DPeer_ptds) O(cuMemcpy3DPeerAsync)            \
+    O(cuMemcpy3DPeerAsync_ptsz) O(cuMemcpyBatchAsync_v2)                       \
+    O(cuMemcpyBatchAsync_v2_ptsz)                                              \
+    O(cuMemsetD8_v2) O(cuMemsetD8_v2_ptds) O(cuMemsetD16_v2)                   \
+    O(cuMemsetD16_v2_ptds) O(cuMemsetD32_v2) O(cuMemsetD32_v2_ptds)            \
+    O(cuMemsetD2D8_v2) O(cuMemsetD2D8_v2_ptds) O(cuMemsetD2D16_v2)             \
+    O(cuMemsetD2D16_v2_ptds) O(cuMemsetD2D32_v2) O(cuMemsetD2D32_v2_ptds)      \
+    O(cuMemsetD8Async) O(cuMemsetD8Async_ptsz) O(cuMemsetD16Async)             \
+    O(cuMemsetD16Async_ptsz) O(cuMemsetD32Async) O(cuMemsetD32Async_ptsz)      \
+    O(cuMemsetD2D8Async) O(cuMemsetD2D8Async_ptsz) O(cuMemsetD2D16Async)       \
+    O(cuMemsetD2D16Async_ptsz) O(cuMemsetD2D32Async)                           \
+    O(cuMemsetD2D32Async_ptsz)                                                 \
+    O(cuLaunchKernel) O(cuLaunchKernel_ptsz) O(cuLaunchKernelEx)               \
+    O(cuLaunchKernelEx_ptsz) O(cuLaunchCooperativeKernel)                      \
+    O(cuLaunchCooperativeKernel_ptsz) O(cuGraphLaunch) O(cuGraphLaunch_ptsz)
+
+#define GVM_DRIVER_ALL(R, O) GVM_DRIVER_CORE(R, O) GVM_DRIVER_HOOKED(R, O)
+
+#endif
