@@ -10,7 +10,8 @@
     R(cuInit) R(cuDriverGetVersion) R(cuGetErrorString) R(cuGetErrorName)      \
     R(cuDeviceGetCount) R(cuDeviceGet) R(cuDeviceGetAttribute)                 \
     R(cuDeviceCanAccessPeer) R(cuDeviceTotalMem_v2)                            \
-    R(cuDevicePrimaryCtxRetain) R(cuDevicePrimaryCtxRelease_v2)                \
+    R(cuDevicePrimaryCtxRetain) R(cuDevicePrimaryCtxRelease_v2)             \
+    O(cuDevicePrimaryCtxGetState)                \
     R(cuCtxGetCurrent) R(cuCtxSetCurrent) R(cuCtxPushCurrent_v2)               \
     R(cuCtxPopCurrent_v2) R(cuCtxGetDevice) R(cuCtxSynchronize)                \
     R(cuStreamCreate) R(cuStreamDestroy_v2) R(cuStreamSynchronize)             \

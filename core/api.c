@@ -1,0 +1,276 @@
+/* The public operations of gvmshim.h: migrate, alias, realloc, query. */
+#include "gvmshim.h"
+
+#include "core/core.h"
+#include "core/driver.h"
+#include "core/heap.h"
+#include "core/log.h"
+#include "core/move.h"
+#include "core/slab.h"
+#include "core/topo.h"
+#include "core/vamap.h"
+
+#define GVM_API __attribute__((visibility("default")))
+
+static __thread CUresult last_driver_error;
+
+static gvm_status from_cu(CUresult rc)
+{
+    switch (rc) {
+    case CUDA_SUCCESS: return GVM_OK;
+    case CUDA_ERROR_OUT_OF_MEMORY: return GVM_ERR_NO_MEMORY;
+    case CUDA_ERROR_NOT_SUPPORTED:
+    case CUDA_ERROR_PEER_ACCESS_UNSUPPORTED: return GVM_ERR_UNSUPPORTED;
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED: return GVM_ERR_BUSY;
+    default: last_driver_error = rc; return GVM_ERR_DRIVER;
+    }
+}
+
+/* Finds ptr's allocation and locks its region, live. */
+static gvm_status lock_ref(const void *ptr, struct gvm_ref *ref)
+{
+    if (!gvm_core_active()) return gvm_core_off() ? GVM_ERR_INACTIVE : GVM_ERR_UNKNOWN_POINTER;
+    for (int tries = 0; tries < 4; tries++) {
+        if (!gvm_heap_find((uintptr_t)ptr, ref)) return GVM_ERR_UNKNOWN_POINTER;
+        pthread_mutex_lock(&ref->region->op);
+        struct gvm_ref again;
+        if (gvm_heap_find((uintptr_t)ptr, &again) && again.region == ref->region) return GVM_OK;
+        pthread_mutex_unlock(&ref->region->op);   /* freed or reused meanwhile */
+    }
+    return GVM_ERR_UNKNOWN_POINTER;
+}
+
+static gvm_status check_location(const struct gvm_region *r, int loc)
+{
+    if (loc == GVM_LOC_HOST) return gvm_topo.host_vmm ? GVM_OK : GVM_ERR_UNSUPPORTED;
+    if (loc < 0 || loc >= gvm_topo.ndev) return GVM_ERR_INVALID;
+    if (!gvm_topo.dev[loc].vmm) return GVM_ERR_UNSUPPORTED;
+    /* Kernels on the allocating device must still reach the memory. */
+    return gvm_topo_reaches(r->device, loc) ? GVM_OK : GVM_ERR_UNSUPPORTED;
+}
+
+GVM_API gvm_status gvm_migrate(const void *ptr, int location)
+{
+    struct gvm_ref ref;
+    gvm_status st = lock_ref(ptr, &ref);
+    if (st) return st;
+    struct gvm_region *r = ref.region;
+    st = check_location(r, location);
+    if (!st && (r->flags & GVM_RF_PAUSED)) st = GVM_ERR_BUSY;
+    if (!st) {
+        gvm_move_enter(r);
+        CUresult rc = gvm_move_blocks(r, location);
+        gvm_move_leave(r);
+        st = from_cu(rc);
+        if (!st) r->home = location;   /* the policy must not undo an explicit move */
+    }
+    pthread_mutex_unlock(&r->op);
+    return st;
+}
+
+/* ---- alias ---------------------------------------------------------- */
+
+static CUresult make_alias(struct gvm_region *t, int slot, struct gvm_region **out)
+{
+    struct gvm_region *a = gvm_region_new();
+    if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = gvm_region_reserve(a, t->mapped);
+    if (rc != CUDA_SUCCESS) goto recycle;
+    a->kind = GVM_REGION_ALIAS;
+    a->target = t;
+    a->device = t->device;
+    a->alias_slot = slot;
+    if ((rc = gvm_region_mirror(a, t)) != CUDA_SUCCESS) goto unreserve;
+    if (gvm_region_publish(a)) {
+        rc = CUDA_ERROR_OUT_OF_MEMORY;
+        gvm_region_unpublish(a);
+        gvm_region_unmirror(a);
+        goto unreserve;
+    }
+    *out = a;
+    return CUDA_SUCCESS;
+unreserve:
+    DRV(cuMemAddressFree, (CUdeviceptr)a->base, a->reserved);
+recycle:
+    gvm_region_recycle(a);
+    return rc;
+}
+
+GVM_API gvm_status gvm_alias(const void *ptr, void **alias_out)
+{
+    if (!alias_out) return GVM_ERR_INVALID;
+    struct gvm_ref ref;
+    gvm_status st = lock_ref(ptr, &ref);
+    if (st) return st;
+    struct gvm_region *t = ref.region, *a = NULL;
+    CUresult rc = make_alias(t, ref.slot, &a);
+    if (rc == CUDA_SUCCESS) {
+        a->aliases = t->aliases;
+        t->aliases = a;
+        if (ref.slot >= 0) gvm_slab_alias_ref(t, ref.slot, +1);
+        __atomic_store_n(&a->state, GVM_REGION_LIVE, __ATOMIC_RELEASE);
+        /* The second address of ptr itself: alias_out - ptr is the same
+         * shift for every byte of the allocation. */
+        *alias_out = (void *)(a->base + ref.off + ((uintptr_t)ptr - ref.base));
+        gvm_stat_inc(aliases);
+    }
+    pthread_mutex_unlock(&t->op);
+    return from_cu(rc);
+}
+
+static struct gvm_region *find_alias(uintptr_t p)
+{
+    struct gvm_region *a = gvm_vamap_get(p);
+    return a && a->kind == GVM_REGION_ALIAS ? a : NULL;
+}
+
+static void unlink_alias(struct gvm_region *t, struct gvm_region *a)
+{
+    struct gvm_region **pp = &t->aliases;
+    while (*pp && *pp != a) pp = &(*pp)->aliases;
+    if (*pp) *pp = a->aliases;
+    a->aliases = NULL;
+}
+
+GVM_API gvm_status gvm_unalias(void *alias)
+{
+    if (!gvm_core_active()) return gvm_core_off() ? GVM_ERR_INACTIVE : GVM_ERR_UNKNOWN_POINTER;
+    struct gvm_region *a = find_alias((uintptr_t)alias);
+    if (!a) return GVM_ERR_UNKNOWN_POINTER;
+    struct gvm_region *t = a->target;
+    pthread_mutex_lock(&t->op);
+    if (__atomic_load_n(&a->state, __ATOMIC_ACQUIRE) != GVM_REGION_LIVE || a->target != t) {
+        pthread_mutex_unlock(&t->op);
+        return GVM_ERR_UNKNOWN_POINTER;
+    }
+    /* Like a free: work still queued may read through the alias. */
+    CUresult rc = gvm_topo_quiesce();
+    if (rc != CUDA_SUCCESS) {
+        pthread_mutex_unlock(&t->op);
+        return from_cu(rc);
+    }
+    __atomic_store_n(&a->state, GVM_REGION_FREE, __ATOMIC_RELEASE);
+    unlink_alias(t, a);
+    gvm_region_unpublish(a);
+    gvm_region_unmirror(a);
+    DRV(cuMemAddressFree, (CUdeviceptr)a->base, a->reserved);
+    if (a->alias_slot >= 0) gvm_slab_alias_ref(t, a->alias_slot, -1);
+    gvm_region_recycle(a);
+    bool orphan_done = (t->flags & GVM_RF_ORPHAN) && !t->aliases;
+    if (orphan_done) {
+        __atomic_store_n(&t->state, GVM_REGION_FREE, __ATOMIC_RELEASE);
+        gvm_region_unpublish(t);
+        gvm_region_destroy(t);
+    }
+    pthread_mutex_unlock(&t->op);
+    if (orphan_done) gvm_region_recycle(t);
+    return GVM_OK;
+}
+
+/* ---- realloc -------------------------------------------------------- */
+
+static gvm_status resize_small(struct gvm_ref *ref, size_t new_size)
+{
+    struct gvm_slab *s = ref->region->slab;
+    if (new_size > s->cls) return GVM_ERR_NO_HEADROOM;
+    gvm_stats_live(ref->region->device, (int64_t)new_size - (int64_t)ref->size);
+    __atomic_store_n(&s->sizes[ref->slot], (uint32_t)new_size, __ATOMIC_RELEASE);
+    return GVM_OK;
+}
+
+static int grow_location(const struct gvm_region *r)
+{
+    for (int i = r->nblocks - 1; i >= 0; i--)
+        if (r->blocks[i].phys) return r->blocks[i].phys->loc;
+    return r->home;
+}
+
+static gvm_status resize_large(struct gvm_region *r, size_t new_size)
+{
+    size_t gran = gvm_topo.gran;
+    size_t rounded = (new_size + gran - 1) / gran * gran;
+    CUresult rc = CUDA_SUCCESS;
+    if (rounded > r->reserved) return GVM_ERR_NO_HEADROOM;
+    if (rounded > r->mapped) {
+        rc = gvm_region_grow(r, rounded - r->mapped, grow_location(r));
+    } else {
+        int first = r->nblocks;
+        while (first > 0 && r->blocks[first - 1].off >= rounded) first--;
+        if (first < r->nblocks) {
+            /* Unmapping memory a kernel still reads kills the kernel. */
+            rc = gvm_topo_quiesce();
+            if (rc == CUDA_SUCCESS) gvm_region_shrink(r, first);
+        }
+    }
+    if (rc != CUDA_SUCCESS) return from_cu(rc);
+    gvm_stats_live(r->device, (int64_t)new_size - (int64_t)r->size);
+    r->size = new_size;
+    return GVM_OK;
+}
+
+GVM_API gvm_status gvm_realloc(const void *ptr, size_t new_size)
+{
+    if (!new_size) return GVM_ERR_INVALID;
+    struct gvm_ref ref;
+    gvm_status st = lock_ref(ptr, &ref);
+    if (st) return st;
+    if (ref.region->flags & GVM_RF_PAUSED)
+        st = GVM_ERR_BUSY;
+    else if (ref.slot >= 0)
+        st = resize_small(&ref, new_size);
+    else
+        st = resize_large(ref.region, new_size);
+    if (!st) gvm_stat_inc(reallocs);
+    pthread_mutex_unlock(&ref.region->op);
+    return st;
+}
+
+/* ---- query ---------------------------------------------------------- */
+
+GVM_API gvm_status gvm_query(const void *ptr, gvm_info *info)
+{
+    if (!info) return GVM_ERR_INVALID;
+    struct gvm_ref ref;
+    gvm_status st = lock_ref(ptr, &ref);
+    if (st) return st;
+    struct gvm_region *r = ref.region;
+    int naliases = 0;
+    for (struct gvm_region *a = r->aliases; a; a = a->aliases) naliases++;
+    int loc = gvm_region_location(r);
+    *info = (gvm_info){
+        .base = (void *)ref.base,
+        .size = ref.size,
+        .device = r->device,
+        .location = loc == GVM_LOC_NONE ? GVM_NOWHERE : loc,
+        .packed = ref.slot >= 0,
+        .chunk_base = (void *)(ref.base - ref.off),
+        .chunk_size = r->mapped,
+        .reserved = r->reserved,
+        .pieces = r->nblocks,
+        .aliases = naliases,
+        .paused = (r->flags & GVM_RF_PAUSED) != 0,
+        .bytes_on_device = gvm_region_bytes_at(r, r->device),
+        .bytes_on_host = gvm_region_bytes_at(r, GVM_LOC_HOST),
+        .last_driver_error = r->last_error ? (int)r->last_error : (int)last_driver_error,
+        .buffer_id = gvm_heap_buffer_id(&ref),
+    };
+    pthread_mutex_unlock(&r->op);
+    return GVM_OK;
+}
+
+GVM_API const char *gvm_strerror(gvm_status status)
+{
+    switch (status) {
+    case GVM_OK: return "success";
+    case GVM_ERR_UNKNOWN_POINTER: return "pointer is not inside an allocation gvmshim serves";
+    case GVM_ERR_NO_MEMORY: return "no memory at the destination";
+    case GVM_ERR_NO_HEADROOM: return "the reservation has no room for that size";
+    case GVM_ERR_UNSUPPORTED: return "not supported by the device or the link";
+    case GVM_ERR_DRIVER: return "a driver call failed; the allocation is unchanged";
+    case GVM_ERR_INVALID: return "invalid argument";
+    case GVM_ERR_BUSY: return "the allocation is paused or a stream capture is under way";
+    case GVM_ERR_INACTIVE: return "gvmshim is not active";
+    default: return "unknown gvmshim status";
+    }
+}

@@ -1,0 +1,43 @@
+#include "core/core.h"
+
+#include "core/log.h"
+#include "core/phys.h"
+#include "core/topo.h"
+
+struct gvm_settings gvm_settings;
+static int core_state;   /* 0 not started, 1 serving, -1 off */
+
+void gvm_settings_defaults(struct gvm_settings *s)
+{
+    s->small_max = (size_t)1 << 20;
+    s->block_size = (size_t)64 << 20;
+    s->headroom = 1.0;
+    for (int d = 0; d < GVM_MAX_DEVICES; d++) {
+        s->cache_limit[d] = (size_t)1 << 30;
+        s->pool_limit[d] = (size_t)1 << 30;
+    }
+    s->host_pool = (size_t)4 << 30;
+    s->host_access = GVM_HOST_ACCESS_LAZY;
+}
+
+CUresult gvm_core_start(struct gvm_settings *s, void (*resolve)(struct gvm_settings *s))
+{
+    CUresult rc = gvm_topo_init();
+    if (rc != CUDA_SUCCESS) return rc;
+    if (resolve) resolve(s);
+    gvm_settings = *s;
+    if (!gvm_topo.gran) return CUDA_ERROR_NOT_SUPPORTED;
+    if (gvm_settings.block_size < gvm_topo.gran) gvm_settings.block_size = gvm_topo.gran;
+    for (int d = 0; d < gvm_topo.ndev; d++) gvm_phys_set_limit(d, gvm_settings.pool_limit[d]);
+    gvm_phys_set_limit(GVM_LOC_HOST, gvm_settings.host_pool);
+    if (gvm_settings.host_access == GVM_HOST_ACCESS_LAZY && gvm_hostaccess_install())
+        gvm_warn("cannot install the fault handler for lazy host access; granting it eagerly");
+    __atomic_store_n(&core_state, 1, __ATOMIC_RELEASE);
+    return CUDA_SUCCESS;
+}
+
+bool gvm_core_active(void) { return __atomic_load_n(&core_state, __ATOMIC_ACQUIRE) > 0; }
+
+bool gvm_core_off(void) { return __atomic_load_n(&core_state, __ATOMIC_ACQUIRE) < 0; }
+
+void gvm_core_set_active(bool on) { __atomic_store_n(&core_state, on ? 1 : -1, __ATOMIC_RELEASE); }

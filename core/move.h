@@ -1,0 +1,50 @@
+/* Moving memory under a live pointer.
+ *
+ * Copies and sets the program enqueues through the hooks announce
+ * themselves on the regions they touch (gvm_use_begin/end). A migration
+ * raises `moving`, waits until no announced call is inside, then waits for
+ * all queued device work: from then on nothing the program started can
+ * touch the old memory, and announced calls wait for the move to finish.
+ * The pair of seq_cst operations on each side (users++ then read moving;
+ * moving=1 then read users) is Dekker's handshake: one side always sees
+ * the other. */
+#ifndef GVM_MOVE_H
+#define GVM_MOVE_H
+
+#include "core/region.h"
+
+#include <stdint.h>
+
+extern uint64_t gvm_clock;
+
+/* A tick of the use clock: ordering for least-recently-used decisions. */
+static inline uint64_t gvm_clock_tick(void) { return __atomic_add_fetch(&gvm_clock, 1, __ATOMIC_RELAXED); }
+
+/* The region whose address range holds p, announced as in use (waits while
+ * it moves); NULL when p is not gvmshim's. Pair with gvm_use_end. */
+struct gvm_region *gvm_use_begin(uintptr_t p);
+
+static inline void gvm_use_end(struct gvm_region *r)
+{
+    if (r) __atomic_fetch_sub(&r->users, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Graph launches cannot be scanned: each holds this gate for the launch
+ * call, and a move closes it (and waits for holders) before it starts. */
+void gvm_move_gate_enter(void);
+void gvm_move_gate_leave(void);
+
+/* Marks r as being moved and waits out announced calls. */
+void gvm_move_enter(struct gvm_region *r);
+void gvm_move_leave(struct gvm_region *r);
+
+/* Moves every block of r that is not at loc there: destinations first
+ * (failure changes nothing), then quiesce, then copy block i on the copy
+ * engines while block i-1 is remapped. Caller holds r->op and has entered
+ * the move (gvm_move_enter). On failure every block is back where it was. */
+CUresult gvm_move_blocks(struct gvm_region *r, int loc);
+
+/* The whole operation: lock, enter, move, leave, unlock. */
+CUresult gvm_move_region(struct gvm_region *r, int loc);
+
+#endif

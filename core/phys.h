@@ -1,0 +1,47 @@
+/* Physical memory: one cuMemCreate handle per gvm_phys, and per-location
+ * pools of ready handles. Creating pinned host memory costs ~250 ms/GiB and
+ * mapping it ~10 ms/GiB (H100, 2026-11-22), so a migration takes its
+ * destination from the pool, where a handle keeps a second "staging"
+ * mapping that copy engines can write without a fresh map. */
+#ifndef GVM_PHYS_H
+#define GVM_PHYS_H
+
+#include "core/cuda_api.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+
+struct gvm_phys {
+    CUmemGenericAllocationHandle handle;
+    size_t size;
+    int loc;                 /* device ordinal or GVM_LOC_HOST */
+    CUdeviceptr staging;     /* second mapping for copies, 0 if none */
+    struct gvm_phys *next;   /* pool list */
+};
+
+/* Creates a handle at loc with the properties a cudaMalloc-like buffer
+ * needs (POSIX_FD export, RDMA where the device supports it). */
+CUresult gvm_phys_create(int loc, size_t size, struct gvm_phys **out);
+
+/* Unmaps the staging mapping and releases the handle. */
+void gvm_phys_destroy(struct gvm_phys *p);
+
+/* A handle of exactly `size` at loc: from the pool, else created. With
+ * staging, it also comes mapped at a staging address. */
+CUresult gvm_phys_get(int loc, size_t size, bool staging, struct gvm_phys **out);
+
+/* Gives a handle back: kept in its location's pool while under the pool
+ * limit, destroyed otherwise. */
+void gvm_phys_put(struct gvm_phys *p);
+
+/* Destroys pooled handles at loc until `bytes` are freed (SIZE_MAX: all).
+ * Returns the bytes freed. */
+size_t gvm_phys_trim(int loc, size_t bytes);
+
+/* Bytes held in the pool at loc. */
+size_t gvm_phys_pooled(int loc);
+
+/* Pool limits, by location slot (see gvm_loc_slot). */
+void gvm_phys_set_limit(int loc, size_t bytes);
+
+#endif

@@ -1,0 +1,373 @@
+#include "core/region.h"
+
+#include "core/driver.h"
+#include "core/log.h"
+#include "core/settings.h"
+#include "core/topo.h"
+#include "core/vamap.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static pthread_mutex_t records_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gvm_region *free_records;
+
+struct gvm_region *gvm_region_new(void)
+{
+    pthread_mutex_lock(&records_lock);
+    struct gvm_region *r = free_records;
+    if (r) free_records = r->next;
+    pthread_mutex_unlock(&records_lock);
+    if (!r) {
+        r = calloc(1, sizeof *r);
+        if (!r) return NULL;
+        pthread_mutex_init(&r->op, NULL);
+        return r;
+    }
+    pthread_mutex_t op = r->op;
+    struct gvm_block *blocks = r->blocks;
+    int cap = r->cap_blocks;
+    memset(r, 0, sizeof *r);
+    r->op = op;
+    r->blocks = blocks;
+    r->cap_blocks = cap;
+    return r;
+}
+
+void gvm_region_recycle(struct gvm_region *r)
+{
+    __atomic_store_n(&r->state, GVM_REGION_FREE, __ATOMIC_RELEASE);
+    r->nblocks = 0;
+    pthread_mutex_lock(&records_lock);
+    r->next = free_records;
+    free_records = r;
+    pthread_mutex_unlock(&records_lock);
+}
+
+CUresult gvm_region_reserve(struct gvm_region *r, size_t reserved)
+{
+    CUdeviceptr va = 0;
+    CUresult rc = DRV(cuMemAddressReserve, &va, reserved, gvm_topo.gran, 0, 0);
+    if (rc != CUDA_SUCCESS) return rc;
+    r->base = (uintptr_t)va;
+    r->reserved = reserved;
+    return CUDA_SUCCESS;
+}
+
+int gvm_region_publish(struct gvm_region *r)
+{
+    return gvm_vamap_set(r->base, r->reserved, r);
+}
+
+void gvm_region_unpublish(struct gvm_region *r)
+{
+    gvm_vamap_set(r->base, r->reserved, NULL);
+}
+
+/* The views of block b: the region itself and each alias that covers it. */
+static int views_of(struct gvm_region *r, const struct gvm_block *b, uintptr_t *out, int max)
+{
+    int n = 0;
+    out[n++] = r->base + b->off;
+    for (struct gvm_region *a = r->aliases; a && n < max; a = a->aliases)
+        if (b->off + b->size <= a->mapped) out[n++] = a->base + b->off;
+    return n;
+}
+
+#define MAX_VIEWS 64
+
+static bool cpu_wanted(const struct gvm_block *b, int loc)
+{
+    if (loc != GVM_LOC_HOST) return false;
+    return gvm_settings.host_access == GVM_HOST_ACCESS_EAGER || b->cpu;
+}
+
+static CUresult map_at(uintptr_t va, struct gvm_phys *p, bool cpu)
+{
+    CUresult rc = DRV(cuMemMap, (CUdeviceptr)va, p->size, 0, p->handle, 0);
+    if (rc != CUDA_SUCCESS) return rc;
+    CUmemAccessDesc descs[GVM_MAX_DEVICES + 1];
+    int n = gvm_topo_access(p->loc, cpu, descs);
+    rc = DRV(cuMemSetAccess, (CUdeviceptr)va, p->size, descs, (size_t)n);
+    if (rc != CUDA_SUCCESS) DRV(cuMemUnmap, (CUdeviceptr)va, p->size);
+    return rc;
+}
+
+static int ensure_blocks(struct gvm_region *r, int need)
+{
+    if (need <= r->cap_blocks) return 0;
+    int cap = r->cap_blocks ? r->cap_blocks : 4;
+    while (cap < need) cap *= 2;
+    struct gvm_block *nb = realloc(r->blocks, (size_t)cap * sizeof *nb);
+    if (!nb) return -1;
+    r->blocks = nb;
+    r->cap_blocks = cap;
+    return 0;
+}
+
+/* Largest power-of-two multiple of the granularity within the limits, so
+ * pieces come in few sizes and pooled ones fit again. */
+static size_t piece_size(size_t remaining)
+{
+    size_t limit = gvm_settings.block_size < remaining ? gvm_settings.block_size : remaining;
+    size_t p = gvm_topo.gran;
+    while (p * 2 <= limit) p *= 2;
+    return p;
+}
+
+CUresult gvm_region_grow(struct gvm_region *r, size_t len, int loc)
+{
+    int first = r->nblocks;
+    size_t off = r->mapped;
+    size_t end = off + len;
+    CUresult rc = CUDA_SUCCESS;
+    while (off < end) {
+        size_t sz = piece_size(end - off);
+        struct gvm_phys *p = NULL;
+        if (ensure_blocks(r, r->nblocks + 1)) { rc = CUDA_ERROR_OUT_OF_MEMORY; break; }
+        if ((rc = gvm_phys_get(loc, sz, false, &p)) != CUDA_SUCCESS) break;
+        struct gvm_block *b = &r->blocks[r->nblocks];
+        b->phys = p;
+        b->off = off;
+        b->size = sz;
+        b->cpu = loc == GVM_LOC_HOST && gvm_settings.host_access == GVM_HOST_ACCESS_EAGER;
+        rc = DRV(cuMemMap, (CUdeviceptr)(r->base + off), sz, 0, p->handle, 0);
+        if (rc != CUDA_SUCCESS) { gvm_phys_put(p); break; }
+        r->nblocks++;
+        off += sz;
+    }
+    if (rc == CUDA_SUCCESS) {
+        /* One call over all new mappings: the driver accepts a range that
+         * spans several mappings of one location. */
+        CUmemAccessDesc descs[GVM_MAX_DEVICES + 1];
+        int n = gvm_topo_access(loc, cpu_wanted(&r->blocks[first], loc), descs);
+        rc = DRV(cuMemSetAccess, (CUdeviceptr)(r->base + r->mapped), len, descs, (size_t)n);
+    }
+    if (rc != CUDA_SUCCESS) {
+        for (int i = r->nblocks - 1; i >= first; i--) {
+            DRV(cuMemUnmap, (CUdeviceptr)(r->base + r->blocks[i].off), r->blocks[i].size);
+            gvm_phys_put(r->blocks[i].phys);
+        }
+        r->nblocks = first;
+        return rc;
+    }
+    for (int i = first; i < r->nblocks; i++) gvm_stats_resident(loc, (int64_t)r->blocks[i].size);
+    r->mapped = end;
+    return CUDA_SUCCESS;
+}
+
+CUresult gvm_region_grow_striped(struct gvm_region *r, size_t len, uint64_t devices)
+{
+    int devs[GVM_MAX_DEVICES], ndevs = 0;
+    for (int d = 0; d < gvm_topo.ndev; d++)
+        if ((devices >> d & 1) && gvm_topo.dev[d].vmm) devs[ndevs++] = d;
+    if (!ndevs) return CUDA_ERROR_INVALID_VALUE;
+    int first = r->nblocks;
+    size_t unit = gvm_topo.gran, start = r->mapped;
+    CUresult rc = CUDA_SUCCESS;
+    for (size_t off = start, k = 0; off < start + len; off += unit, k++) {
+        struct gvm_phys *p = NULL;
+        int loc = devs[k % (size_t)ndevs];
+        if (ensure_blocks(r, r->nblocks + 1)) { rc = CUDA_ERROR_OUT_OF_MEMORY; break; }
+        if ((rc = gvm_phys_get(loc, unit, false, &p)) != CUDA_SUCCESS) break;
+        if ((rc = map_at(r->base + off, p, false)) != CUDA_SUCCESS) { gvm_phys_put(p); break; }
+        r->blocks[r->nblocks++] = (struct gvm_block){.phys = p, .off = off, .size = unit};
+    }
+    if (rc != CUDA_SUCCESS) {
+        for (int i = r->nblocks - 1; i >= first; i--) {
+            DRV(cuMemUnmap, (CUdeviceptr)(r->base + r->blocks[i].off), r->blocks[i].size);
+            gvm_phys_put(r->blocks[i].phys);
+        }
+        r->nblocks = first;
+        return rc;
+    }
+    for (int i = first; i < r->nblocks; i++) gvm_stats_resident(r->blocks[i].phys->loc, (int64_t)unit);
+    r->mapped = start + len;
+    return CUDA_SUCCESS;
+}
+
+static void drop_block(struct gvm_region *r, struct gvm_block *b)
+{
+    uintptr_t views[MAX_VIEWS];
+    int nv = views_of(r, b, views, MAX_VIEWS);
+    if (!b->phys) return;
+    for (int v = 0; v < nv; v++) {
+        CUresult rc = DRV(cuMemUnmap, (CUdeviceptr)views[v], b->size);
+        if (rc != CUDA_SUCCESS) gvm_warn("cuMemUnmap failed (%d) at %#lx", rc, (unsigned long)views[v]);
+    }
+    gvm_stats_resident(b->phys->loc, -(int64_t)b->size);
+    gvm_phys_put(b->phys);
+    b->phys = NULL;
+}
+
+void gvm_region_shrink(struct gvm_region *r, int first)
+{
+    for (int i = r->nblocks - 1; i >= first; i--) drop_block(r, &r->blocks[i]);
+    r->nblocks = first;
+    r->mapped = first ? r->blocks[first - 1].off + r->blocks[first - 1].size : 0;
+    for (struct gvm_region *a = r->aliases; a; a = a->aliases)
+        if (a->mapped > r->mapped) a->mapped = r->mapped;
+}
+
+CUresult gvm_region_remap(struct gvm_region *r, int i, struct gvm_phys *np, struct gvm_phys **old)
+{
+    struct gvm_block *b = &r->blocks[i];
+    uintptr_t views[MAX_VIEWS];
+    int nv = views_of(r, b, views, MAX_VIEWS);
+    struct gvm_phys *op = b->phys;
+    bool old_cpu = b->cpu;
+    bool new_cpu = np->loc == GVM_LOC_HOST && (gvm_settings.host_access == GVM_HOST_ACCESS_EAGER);
+    CUresult rc = CUDA_SUCCESS;
+    int done = 0;      /* views switched to np */
+    for (; done < nv; done++) {
+        if ((rc = DRV(cuMemUnmap, (CUdeviceptr)views[done], b->size)) != CUDA_SUCCESS) break;
+        if ((rc = map_at(views[done], np, new_cpu)) != CUDA_SUCCESS) {
+            /* Put the old memory back where it was before giving up. */
+            if (map_at(views[done], op, cpu_wanted(b, op->loc)) != CUDA_SUCCESS)
+                gvm_error("cannot restore mapping at %#lx after failed remap", (unsigned long)views[done]);
+            break;
+        }
+    }
+    if (rc != CUDA_SUCCESS) {
+        for (int v = 0; v < done; v++) {
+            DRV(cuMemUnmap, (CUdeviceptr)views[v], b->size);
+            if (map_at(views[v], op, cpu_wanted(b, op->loc)) != CUDA_SUCCESS)
+                gvm_error("cannot restore mapping at %#lx after failed remap", (unsigned long)views[v]);
+        }
+        b->cpu = old_cpu;
+        return rc;
+    }
+    gvm_stats_resident(op->loc, -(int64_t)b->size);
+    gvm_stats_resident(np->loc, (int64_t)b->size);
+    b->phys = np;
+    b->cpu = new_cpu;
+    *old = op;
+    return CUDA_SUCCESS;
+}
+
+CUresult gvm_region_unmap_block(struct gvm_region *r, int i, struct gvm_phys **old)
+{
+    struct gvm_block *b = &r->blocks[i];
+    uintptr_t views[MAX_VIEWS];
+    int nv = views_of(r, b, views, MAX_VIEWS);
+    for (int v = 0; v < nv; v++) {
+        CUresult rc = DRV(cuMemUnmap, (CUdeviceptr)views[v], b->size);
+        if (rc != CUDA_SUCCESS) {
+            for (int u = 0; u < v; u++) map_at(views[u], b->phys, cpu_wanted(b, b->phys->loc));
+            return rc;
+        }
+    }
+    gvm_stats_resident(b->phys->loc, -(int64_t)b->size);
+    *old = b->phys;
+    b->phys = NULL;
+    b->cpu = false;
+    return CUDA_SUCCESS;
+}
+
+CUresult gvm_region_map_block(struct gvm_region *r, int i, struct gvm_phys *np)
+{
+    struct gvm_block *b = &r->blocks[i];
+    uintptr_t views[MAX_VIEWS];
+    int nv = views_of(r, b, views, MAX_VIEWS);
+    bool cpu = np->loc == GVM_LOC_HOST && gvm_settings.host_access == GVM_HOST_ACCESS_EAGER;
+    for (int v = 0; v < nv; v++) {
+        CUresult rc = map_at(views[v], np, cpu);
+        if (rc != CUDA_SUCCESS) {
+            for (int u = 0; u < v; u++) DRV(cuMemUnmap, (CUdeviceptr)views[u], b->size);
+            return rc;
+        }
+    }
+    gvm_stats_resident(np->loc, (int64_t)b->size);
+    b->phys = np;
+    b->cpu = cpu;
+    return CUDA_SUCCESS;
+}
+
+CUresult gvm_region_grant_cpu(struct gvm_region *r, int i)
+{
+    struct gvm_block *b = &r->blocks[i];
+    if (b->cpu || !b->phys || b->phys->loc != GVM_LOC_HOST) return CUDA_SUCCESS;
+    uintptr_t views[MAX_VIEWS];
+    int nv = views_of(r, b, views, MAX_VIEWS);
+    CUmemAccessDesc descs[GVM_MAX_DEVICES + 1];
+    int n = gvm_topo_access(GVM_LOC_HOST, true, descs);
+    for (int v = 0; v < nv; v++) {
+        CUresult rc = DRV(cuMemSetAccess, (CUdeviceptr)views[v], b->size, descs, (size_t)n);
+        if (rc != CUDA_SUCCESS) return rc;
+    }
+    b->cpu = true;
+    return CUDA_SUCCESS;
+}
+
+int gvm_region_location(const struct gvm_region *r)
+{
+    int loc = GVM_LOC_NONE;
+    for (int i = 0; i < r->nblocks; i++) {
+        if (!r->blocks[i].phys) continue;
+        int l = r->blocks[i].phys->loc;
+        if (loc == GVM_LOC_NONE)
+            loc = l;
+        else if (loc != l)
+            return GVM_LOC_MIXED;
+    }
+    return loc;
+}
+
+size_t gvm_region_bytes_at(const struct gvm_region *r, int loc)
+{
+    size_t n = 0;
+    for (int i = 0; i < r->nblocks; i++)
+        if (r->blocks[i].phys && r->blocks[i].phys->loc == loc) n += r->blocks[i].size;
+    return n;
+}
+
+int gvm_region_block_at(const struct gvm_region *r, size_t off)
+{
+    int lo = 0, hi = r->nblocks - 1;
+    while (lo <= hi) {
+        int mid = (lo + hi) / 2;
+        const struct gvm_block *b = &r->blocks[mid];
+        if (off < b->off)
+            hi = mid - 1;
+        else if (off >= b->off + b->size)
+            lo = mid + 1;
+        else
+            return mid;
+    }
+    return -1;
+}
+
+void gvm_region_destroy(struct gvm_region *r)
+{
+    gvm_region_shrink(r, 0);
+    CUresult rc = DRV(cuMemAddressFree, (CUdeviceptr)r->base, r->reserved);
+    if (rc != CUDA_SUCCESS) gvm_warn("cuMemAddressFree failed (%d) at %#lx", rc, (unsigned long)r->base);
+}
+
+CUresult gvm_region_mirror(struct gvm_region *alias, struct gvm_region *target)
+{
+    for (int i = 0; i < target->nblocks; i++) {
+        struct gvm_block *b = &target->blocks[i];
+        if (!b->phys) continue;
+        CUresult rc = map_at(alias->base + b->off, b->phys, cpu_wanted(b, b->phys->loc));
+        if (rc != CUDA_SUCCESS) {
+            for (int j = i - 1; j >= 0; j--)
+                if (target->blocks[j].phys)
+                    DRV(cuMemUnmap, (CUdeviceptr)(alias->base + target->blocks[j].off), target->blocks[j].size);
+            return rc;
+        }
+    }
+    alias->mapped = target->mapped;
+    return CUDA_SUCCESS;
+}
+
+void gvm_region_unmirror(struct gvm_region *alias)
+{
+    struct gvm_region *t = alias->target;
+    for (int i = 0; i < t->nblocks; i++) {
+        struct gvm_block *b = &t->blocks[i];
+        if (b->phys && b->off + b->size <= alias->mapped)
+            DRV(cuMemUnmap, (CUdeviceptr)(alias->base + b->off), b->size);
+    }
+    alias->mapped = 0;
+}

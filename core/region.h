@@ -1,0 +1,128 @@
+/* A region is one reserved virtual range and the physical pieces ("blocks")
+ * mapped into it. It is the unit gvmshim moves: a large allocation is one
+ * region; small allocations share a 2 MiB chunk region; an alias is a
+ * region that maps another region's blocks at a second address.
+ *
+ * Records are recycled, never freed, so a pointer read from the lock-free
+ * address map is always safe to dereference (state tells if it is live). */
+#ifndef GVM_REGION_H
+#define GVM_REGION_H
+
+#include "core/phys.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define GVM_LOC_MIXED (-2)
+#define GVM_LOC_NONE (-3)
+
+struct gvm_slab;
+
+struct gvm_block {
+    struct gvm_phys *phys;   /* NULL while paused without a copy */
+    size_t off, size;
+    bool cpu;                /* host-resident and readable by the CPU */
+};
+
+enum gvm_region_kind { GVM_REGION_LARGE, GVM_REGION_CHUNK, GVM_REGION_ALIAS };
+enum gvm_region_state { GVM_REGION_FREE, GVM_REGION_LIVE, GVM_REGION_CACHED };
+
+enum gvm_region_flags {
+    GVM_RF_PAUSED = 1,       /* memory released or parked on host by gvm_pause */
+    GVM_RF_DISCARDED = 2,    /* paused without a copy: contents are gone */
+    GVM_RF_PINNED = 4,       /* never moved by the policy */
+    GVM_RF_ORPHAN = 8,       /* freed by the program, kept alive by its aliases */
+};
+
+struct gvm_region {
+    uintptr_t base;
+    size_t reserved;         /* virtual bytes reserved at base */
+    size_t mapped;           /* bytes covered by blocks, from base */
+    size_t size;             /* bytes the program asked for (large regions) */
+    int kind, state;
+    int device;              /* the device the program allocated on */
+    int home;                /* where the policy wants it (device, or host) */
+    CUcontext ctx;           /* the context current at allocation */
+    struct gvm_block *blocks;
+    int nblocks, cap_blocks;
+    struct gvm_region *aliases;  /* on a region: its aliases; on an alias: next alias */
+    struct gvm_region *target;   /* on an alias: the region it shows */
+    struct gvm_slab *slab;       /* on a chunk: its slots */
+    unsigned users;              /* copies in flight through hooks (move.h) */
+    int moving;                  /* a migration is remapping it */
+    pthread_mutex_t op;          /* serializes operations on this region */
+    uint64_t buffer_id;
+    uint64_t last_use;           /* gvm_clock_now() at the last use seen */
+    int tag;                     /* policy tag id, 0 = none */
+    int alias_slot;              /* on an alias of a chunk: the slot it was made for */
+    unsigned flags;
+    int paused_loc;              /* where its data waits while paused */
+    uint64_t spilled_at;         /* use clock when the policy moved it off its device, 0 if not */
+    CUresult last_error;         /* driver error of the last failed operation */
+    struct gvm_region *next;     /* free list / cache list */
+    struct gvm_region *lru_prev, *lru_next;
+};
+
+/* A new record, state FREE, zeroed but for its lock. */
+struct gvm_region *gvm_region_new(void);
+/* Returns a record for reuse; it must be unmapped and unreserved. */
+void gvm_region_recycle(struct gvm_region *r);
+
+/* Reserves `reserved` bytes of address space for r. */
+CUresult gvm_region_reserve(struct gvm_region *r, size_t reserved);
+
+/* Backs [mapped, mapped+len) with new blocks at loc (pieces of at most the
+ * block size), maps them in r and its aliases' range and grants access.
+ * On failure nothing changes. */
+CUresult gvm_region_grow(struct gvm_region *r, size_t len, int loc);
+
+/* Like gvm_region_grow, in granularity-sized pieces striped round-robin
+ * over the devices in `devices` (a bit mask), so one allocation can be
+ * larger than any single device's memory. */
+CUresult gvm_region_grow_striped(struct gvm_region *r, size_t len, uint64_t devices);
+
+/* Unmaps the blocks from index `first` on (all views) and gives their
+ * memory back to the pools; r->mapped shrinks accordingly. */
+void gvm_region_shrink(struct gvm_region *r, int first);
+
+/* Replaces block i's memory with np in every view (data must already be in
+ * np). On failure the old mapping is restored. On success the old memory
+ * is returned through *old. */
+CUresult gvm_region_remap(struct gvm_region *r, int i, struct gvm_phys *np, struct gvm_phys **old);
+
+/* Unmaps block i in every view and returns its memory (for pause). */
+CUresult gvm_region_unmap_block(struct gvm_region *r, int i, struct gvm_phys **old);
+
+/* Maps np as block i (currently without memory) in every view. */
+CUresult gvm_region_map_block(struct gvm_region *r, int i, struct gvm_phys *np);
+
+/* Grants (or keeps) CPU access to block i if it is host-resident. */
+CUresult gvm_region_grant_cpu(struct gvm_region *r, int i);
+
+/* Where r's memory lives: a device, GVM_LOC_HOST, GVM_LOC_MIXED, or
+ * GVM_LOC_NONE when nothing is mapped. */
+int gvm_region_location(const struct gvm_region *r);
+
+/* Physical bytes of r at loc. */
+size_t gvm_region_bytes_at(const struct gvm_region *r, int loc);
+
+/* The block containing offset off, or -1. */
+int gvm_region_block_at(const struct gvm_region *r, size_t off);
+
+/* Unmaps and releases everything of r (not its aliases, which must be gone)
+ * and frees its address range. */
+void gvm_region_destroy(struct gvm_region *r);
+
+/* Maps every block of target into alias (whose reservation is done), with
+ * the same access. On failure alias is left unmapped. */
+CUresult gvm_region_mirror(struct gvm_region *alias, struct gvm_region *target);
+
+/* Unmaps an alias's view of its target. */
+void gvm_region_unmirror(struct gvm_region *alias);
+
+/* Records that a view of r gained or lost its address-map entry. */
+int gvm_region_publish(struct gvm_region *r);
+void gvm_region_unpublish(struct gvm_region *r);
+
+#endif

@@ -1,0 +1,27 @@
+/* The knobs core obeys, resolved to absolute values by whoever starts the
+ * core (the preload layer from the configuration, tests directly). */
+#ifndef GVM_SETTINGS_H
+#define GVM_SETTINGS_H
+
+#include "core/stats.h"
+
+#include <stddef.h>
+
+enum gvm_host_access { GVM_HOST_ACCESS_EAGER, GVM_HOST_ACCESS_LAZY, GVM_HOST_ACCESS_OFF };
+
+struct gvm_settings {
+    size_t small_max;                       /* up to this: packed into shared chunks */
+    size_t block_size;                      /* largest physical piece of an allocation */
+    double headroom;                        /* extra VA after a large allocation, x size */
+    size_t cache_limit[GVM_MAX_DEVICES];    /* freed allocations kept mapped, per device */
+    size_t pool_limit[GVM_MAX_DEVICES];     /* ready pieces kept per device */
+    size_t host_pool;                       /* ready pinned host pieces */
+    int host_access;                        /* enum gvm_host_access */
+};
+
+extern struct gvm_settings gvm_settings;
+
+/* Defaults for tests and for devices the configuration does not name. */
+void gvm_settings_defaults(struct gvm_settings *s);
+
+#endif

@@ -1,0 +1,49 @@
+/* Small allocations (up to small_max) share 2 MiB chunk regions, one size
+ * class per chunk, with cudaMalloc's 256-byte alignment. The chunk is the
+ * unit that moves: migrating one small allocation moves its neighbours. */
+#ifndef GVM_SLAB_H
+#define GVM_SLAB_H
+
+#include "core/region.h"
+
+#include <stdint.h>
+
+#define GVM_SLAB_MAX_SLOTS 8192 /* 2 MiB / 256 B */
+
+struct gvm_slab {
+    struct gvm_region *chunk;
+    size_t cls;                 /* slot size */
+    unsigned nslots, nfree, hint;
+    int device, cidx, tag;
+    uint64_t bits[GVM_SLAB_MAX_SLOTS / 64];   /* 1 = slot in use */
+    uint32_t *sizes;            /* requested bytes per slot, 0 = free */
+    uint64_t *ids;              /* buffer id per slot */
+    uint16_t *aliased;          /* aliases per slot: a freed aliased slot stays taken */
+    struct gvm_slab *next, *prev;   /* the (device, class) list */
+};
+
+/* Serves `size` bytes (<= small_max) on device from a chunk of tag `tag`. */
+CUresult gvm_slab_alloc(int device, size_t size, int tag, CUcontext ctx, uintptr_t *out);
+
+/* Frees the slot at p (the slot's base) in chunk r. Returns
+ * CUDA_ERROR_INVALID_VALUE for an address that is not a live slot base. */
+CUresult gvm_slab_free(struct gvm_region *r, uintptr_t p);
+
+/* The live slot containing p, as base and requested size; false if none. */
+bool gvm_slab_find(const struct gvm_region *r, uintptr_t p, uintptr_t *base, size_t *size, int *slot);
+
+/* Alias bookkeeping for one slot. */
+void gvm_slab_alias_ref(struct gvm_region *r, int slot, int delta);
+
+/* Bytes of empty chunks kept for reuse on device (they count as free). */
+size_t gvm_slab_idle_bytes(int device);
+
+/* Gives back every empty chunk of device (when memory runs short). */
+size_t gvm_slab_trim(int device);
+
+/* New buffer ids for every slot of a chunk (after its memory moved). */
+void gvm_slab_renew_ids(struct gvm_region *r);
+
+uint64_t gvm_next_buffer_id(void);
+
+#endif

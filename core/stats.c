@@ -1,0 +1,94 @@
+#include "core/stats.h"
+
+#include <inttypes.h>
+
+struct gvm_stats gvm_stats;
+
+void gvm_stats_live(int device, int64_t delta)
+{
+    if (device < 0 || device >= GVM_MAX_DEVICES) return;
+    int64_t now = __atomic_add_fetch(&gvm_stats.bytes_live[device], delta, __ATOMIC_RELAXED);
+    int64_t peak = __atomic_load_n(&gvm_stats.peak_bytes[device], __ATOMIC_RELAXED);
+    while (now > peak &&
+           !__atomic_compare_exchange_n(&gvm_stats.peak_bytes[device], &peak, now, 1,
+                                        __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}
+
+void gvm_stats_resident(int loc, int64_t delta)
+{
+    __atomic_fetch_add(&gvm_stats.resident[gvm_loc_slot(loc)], delta, __ATOMIC_RELAXED);
+}
+
+static uint64_t load(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+static int64_t loadi(const int64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+
+static void write_device_array(FILE *out, const char *name, const int64_t *v, int n, int json)
+{
+    if (json) {
+        fprintf(out, "  \"%s\": {", name);
+        for (int d = 0; d < n; d++)
+            fprintf(out, "%s\"%d\": %" PRId64, d ? ", " : "", d, loadi(&v[d]));
+        fprintf(out, "},\n");
+        return;
+    }
+    fprintf(out, "gvmshim: stats: %-20s", name);
+    for (int d = 0; d < n; d++) fprintf(out, " dev%d=%" PRId64, d, loadi(&v[d]));
+    fprintf(out, "\n");
+}
+
+static void write_calls(FILE *out, const char *name, const uint64_t *calls, int json)
+{
+    int first = 1;
+    if (json)
+        fprintf(out, "  \"%s\": {", name);
+    else
+        fprintf(out, "gvmshim: stats: %s:", name);
+    for (int i = 0; i < GVM_FN_COUNT; i++) {
+        uint64_t c = load(&calls[i]);
+        if (!c) continue;
+        if (json)
+            fprintf(out, "%s\"%s\": %" PRIu64, first ? "" : ", ", gvm_driver_names[i], c);
+        else
+            fprintf(out, " %s=%" PRIu64, gvm_driver_names[i], c);
+        first = 0;
+    }
+    fprintf(out, json ? "}" : "\n");
+}
+
+void gvm_stats_write(FILE *out, int json, int ndev)
+{
+    if (ndev < 1) ndev = 1;
+    if (ndev > GVM_MAX_DEVICES) ndev = GVM_MAX_DEVICES;
+    uint64_t live = load(&gvm_stats.allocations_total) - load(&gvm_stats.frees_total);
+    if (json) fprintf(out, "{\n");
+#define GVM_STAT_WRITE(name, doc)                                              \
+    if (json)                                                                  \
+        fprintf(out, "  \"%s\": %" PRIu64 ",\n", #name, load(&gvm_stats.name)); \
+    else                                                                       \
+        fprintf(out, "gvmshim: stats: %-20s %" PRIu64 "  (%s)\n", #name,        \
+                load(&gvm_stats.name), doc);
+    GVM_STAT_COUNTERS(GVM_STAT_WRITE)
+#undef GVM_STAT_WRITE
+    if (json)
+        fprintf(out, "  \"allocations_live\": %" PRIu64 ",\n", live);
+    else
+        fprintf(out, "gvmshim: stats: %-20s %" PRIu64 "\n", "allocations_live", live);
+    write_device_array(out, "bytes_live", gvm_stats.bytes_live, ndev, json);
+    write_device_array(out, "peak_bytes", gvm_stats.peak_bytes, ndev, json);
+    if (json) {
+        fprintf(out, "  \"resident_bytes\": {");
+        for (int d = 0; d < ndev; d++)
+            fprintf(out, "\"%d\": %" PRId64 ", ", d, loadi(&gvm_stats.resident[d]));
+        fprintf(out, "\"host\": %" PRId64 "},\n", loadi(&gvm_stats.resident[GVM_MAX_DEVICES]));
+    } else {
+        fprintf(out, "gvmshim: stats: %-20s", "resident_bytes");
+        for (int d = 0; d < ndev; d++)
+            fprintf(out, " dev%d=%" PRId64, d, loadi(&gvm_stats.resident[d]));
+        fprintf(out, " host=%" PRId64 "\n", loadi(&gvm_stats.resident[GVM_MAX_DEVICES]));
+    }
+    write_calls(out, "driver_calls", gvm_stats.calls, json);
+    if (json) fprintf(out, ",\n");
+    write_calls(out, "gvmshim_driver_calls", gvm_stats.core_calls, json);
+    if (json) fprintf(out, "\n}\n");
+}

@@ -1,0 +1,64 @@
+/* Counters printed on request at exit (GVM_STATS). Plain relaxed atomics:
+ * they are read once at the end, so no ordering is needed. */
+#ifndef GVM_STATS_H
+#define GVM_STATS_H
+
+#include "core/driver.h"
+
+#include <stdint.h>
+#include <stdio.h>
+
+#define GVM_MAX_DEVICES 64
+#define GVM_LOC_HOST (-1)
+#define GVM_LOC_SLOTS (GVM_MAX_DEVICES + 1) /* devices, then host */
+
+/* Scalar counters: X(name, "what it counts"). */
+#define GVM_STAT_COUNTERS(X)                                                   \
+    X(allocations_total, "allocations served")                                 \
+    X(frees_total, "allocations freed")                                        \
+    X(small_allocations, "allocations packed into shared chunks")              \
+    X(cache_hits, "allocations served from mapped cache")                      \
+    X(cache_misses, "allocations that needed new mappings")                    \
+    X(passthrough_calls, "calls forwarded untouched (pointers not ours)")      \
+    X(alloc_failures, "allocations that failed")                               \
+    X(migrations_d2h, "migrations device to host")                             \
+    X(migrations_h2d, "migrations host to device")                             \
+    X(migrations_d2d, "migrations device to device")                           \
+    X(migrations_failed, "migrations that failed and were rolled back")        \
+    X(bytes_migrated, "bytes moved by migrations")                             \
+    X(spills, "allocations moved or placed off their device by the policy")    \
+    X(spilled_bytes, "bytes moved off their device by the policy")             \
+    X(promotions, "spilled allocations brought back")                          \
+    X(promoted_bytes, "bytes brought back by promotion")                       \
+    X(pauses, "allocations paused")                                            \
+    X(resumes, "allocations resumed")                                          \
+    X(aliases, "aliases created")                                              \
+    X(reallocs, "in-place resizes")                                            \
+    X(cpu_access_faults, "first CPU touches of host-resident memory")          \
+    X(launches_scanned, "kernel launches scanned for recency")
+
+struct gvm_stats {
+#define GVM_STAT_FIELD(name, doc) uint64_t name;
+    GVM_STAT_COUNTERS(GVM_STAT_FIELD)
+#undef GVM_STAT_FIELD
+    int64_t bytes_live[GVM_MAX_DEVICES];   /* requested bytes, by device allocated on */
+    int64_t peak_bytes[GVM_MAX_DEVICES];
+    int64_t resident[GVM_LOC_SLOTS];       /* physical bytes of allocations, by location */
+    uint64_t calls[GVM_FN_COUNT];          /* calls the program made, by entry point */
+    uint64_t core_calls[GVM_FN_COUNT];     /* calls gvmshim made to the driver */
+};
+
+extern struct gvm_stats gvm_stats;
+
+#define gvm_stat_add(field, n) __atomic_fetch_add(&gvm_stats.field, (n), __ATOMIC_RELAXED)
+#define gvm_stat_inc(field) gvm_stat_add(field, 1)
+
+static inline int gvm_loc_slot(int loc) { return loc < 0 ? GVM_MAX_DEVICES : loc; }
+
+void gvm_stats_live(int device, int64_t delta);
+void gvm_stats_resident(int loc, int64_t delta);
+
+/* Writes the summary: as JSON when json != 0, else as text lines. */
+void gvm_stats_write(FILE *out, int json, int ndevices);
+
+#endif

@@ -1,0 +1,193 @@
+#include "core/topo.h"
+
+#include "core/driver.h"
+#include "core/log.h"
+
+#include <pthread.h>
+#include <string.h>
+
+struct gvm_topo gvm_topo;
+static pthread_mutex_t topo_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int attr(CUdevice_attribute a, int dev)
+{
+    int v = 0;
+    if (DRV(cuDeviceGetAttribute, &v, a, dev) != CUDA_SUCCESS) return 0;
+    return v;
+}
+
+static size_t granularity(CUmemLocationType type, int id)
+{
+    CUmemAllocationProp p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    p.location.type = type;
+    p.location.id = id;
+    size_t g = 0;
+    if (DRV(cuMemGetAllocationGranularity, &g, &p, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED) != CUDA_SUCCESS ||
+        g == 0)
+        return 0;
+    return g;
+}
+
+static CUresult read_device(int d)
+{
+    struct gvm_device *dev = &gvm_topo.dev[d];
+    dev->vmm = attr(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, d);
+    dev->posix_fd = attr(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, d);
+    dev->rdma = attr(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, d);
+    CUresult rc = DRV(cuDeviceTotalMem_v2, &dev->total, d);
+    if (rc != CUDA_SUCCESS) return rc;
+    dev->gran = dev->vmm ? granularity(CU_MEM_LOCATION_TYPE_DEVICE, d) : 0;
+    if (dev->vmm && !dev->gran) dev->vmm = false;
+    if (!dev->vmm) gvm_warn("device %d has no virtual memory management: its allocations pass through", d);
+    return CUDA_SUCCESS;
+}
+
+static void read_host(void)
+{
+    gvm_topo.host_numa_id = attr(CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, 0);
+    if (gvm_topo.host_numa_id < 0) gvm_topo.host_numa_id = 0;
+    gvm_topo.host_type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+    if (!attr(CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0)) {
+        gvm_topo.host_type = CU_MEM_LOCATION_TYPE_HOST;
+        gvm_topo.host_numa_id = 0;
+        if (!attr(CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0)) return;
+    }
+    size_t g = granularity(gvm_topo.host_type, gvm_topo.host_numa_id);
+    gvm_topo.host_vmm = g != 0;
+    if (g > gvm_topo.gran) gvm_topo.gran = g;
+}
+
+CUresult gvm_topo_init(void)
+{
+    int n = 0;
+    CUresult rc = DRV(cuDeviceGetCount, &n);
+    if (rc != CUDA_SUCCESS) return rc;
+    if (n > GVM_MAX_DEVICES) n = GVM_MAX_DEVICES;
+    gvm_topo.ndev = n;
+    for (int d = 0; d < n; d++) {
+        if ((rc = read_device(d)) != CUDA_SUCCESS) return rc;
+        if (gvm_topo.dev[d].gran > gvm_topo.gran) gvm_topo.gran = gvm_topo.dev[d].gran;
+    }
+    for (int a = 0; a < n; a++)
+        for (int b = 0; b < n; b++) {
+            int ok = a == b;
+            if (!ok && DRV(cuDeviceCanAccessPeer, &ok, a, b) != CUDA_SUCCESS) ok = 0;
+            gvm_topo.peer[a][b] = (unsigned char)ok;
+        }
+    if (n > 0) read_host();
+    return CUDA_SUCCESS;
+}
+
+bool gvm_topo_reaches(int dev, int loc)
+{
+    if (dev < 0 || dev >= gvm_topo.ndev) return false;
+    if (loc == GVM_LOC_HOST) return true;
+    if (loc < 0 || loc >= gvm_topo.ndev) return false;
+    return gvm_topo.peer[dev][loc];
+}
+
+int gvm_topo_access(int loc, bool cpu, CUmemAccessDesc *descs)
+{
+    int n = 0;
+    for (int d = 0; d < gvm_topo.ndev; d++) {
+        if (!gvm_topo.dev[d].vmm || !gvm_topo_reaches(d, loc)) continue;
+        memset(&descs[n], 0, sizeof descs[n]);
+        descs[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+        descs[n].location.id = d;
+        descs[n].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        n++;
+    }
+    if (cpu && loc == GVM_LOC_HOST) {
+        memset(&descs[n], 0, sizeof descs[n]);
+        /* Only a HOST_NUMA descriptor makes the CPU side readable; a HOST
+         * descriptor is accepted and then faults (measured on H200). */
+        descs[n].location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+        descs[n].location.id = gvm_topo.host_numa_id;
+        descs[n].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        n++;
+    }
+    return n;
+}
+
+CUresult gvm_topo_ctx(int dev, CUcontext *ctx)
+{
+    if (dev < 0 || dev >= gvm_topo.ndev) return CUDA_ERROR_INVALID_DEVICE;
+    CUcontext c = __atomic_load_n(&gvm_topo.dev[dev].ctx, __ATOMIC_ACQUIRE);
+    if (c) { *ctx = c; return CUDA_SUCCESS; }
+    pthread_mutex_lock(&topo_lock);
+    CUresult rc = CUDA_SUCCESS;
+    if (!gvm_topo.dev[dev].ctx) {
+        rc = DRV(cuDevicePrimaryCtxRetain, &c, dev);
+        if (rc == CUDA_SUCCESS) __atomic_store_n(&gvm_topo.dev[dev].ctx, c, __ATOMIC_RELEASE);
+    }
+    c = gvm_topo.dev[dev].ctx;
+    pthread_mutex_unlock(&topo_lock);
+    *ctx = c;
+    return rc;
+}
+
+CUresult gvm_topo_push(int dev)
+{
+    CUcontext c;
+    CUresult rc = gvm_topo_ctx(dev, &c);
+    if (rc != CUDA_SUCCESS) return rc;
+    return DRV(cuCtxPushCurrent_v2, c);
+}
+
+void gvm_topo_pop(void)
+{
+    CUcontext c;
+    DRV(cuCtxPopCurrent_v2, &c);
+}
+
+CUresult gvm_topo_stream(int dev, CUstream *stream)
+{
+    struct gvm_device *d = &gvm_topo.dev[dev];
+    CUstream s = __atomic_load_n(&d->stream, __ATOMIC_ACQUIRE);
+    if (s) { *stream = s; return CUDA_SUCCESS; }
+    pthread_mutex_lock(&topo_lock);
+    CUresult rc = CUDA_SUCCESS;
+    if (!d->stream) {
+        CUstream ns = NULL;
+        CUevent e0 = NULL, e1 = NULL;
+        rc = DRV(cuStreamCreate, &ns, CU_STREAM_NON_BLOCKING);
+        if (rc == CUDA_SUCCESS) rc = DRV(cuEventCreate, &e0, CU_EVENT_DISABLE_TIMING);
+        if (rc == CUDA_SUCCESS) rc = DRV(cuEventCreate, &e1, CU_EVENT_DISABLE_TIMING);
+        if (rc == CUDA_SUCCESS) {
+            d->events[0] = e0;
+            d->events[1] = e1;
+            __atomic_store_n(&d->stream, ns, __ATOMIC_RELEASE);
+        } else {
+            if (e0) DRV(cuEventDestroy_v2, e0);
+            if (ns) DRV(cuStreamDestroy_v2, ns);
+        }
+    }
+    *stream = d->stream;
+    pthread_mutex_unlock(&topo_lock);
+    return rc;
+}
+
+static bool ctx_active(int dev)
+{
+    if (!gvm_drv.cuDevicePrimaryCtxGetState) return gvm_topo.dev[dev].ctx != NULL;
+    unsigned flags = 0;
+    int active = 0;
+    if (DRV(cuDevicePrimaryCtxGetState, dev, &flags, &active) != CUDA_SUCCESS) return false;
+    return active != 0;
+}
+
+CUresult gvm_topo_quiesce(void)
+{
+    CUresult rc = DRV(cuCtxSynchronize);
+    if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_INVALID_CONTEXT) return rc;
+    for (int d = 0; d < gvm_topo.ndev; d++) {
+        if (!gvm_topo.dev[d].vmm || !ctx_active(d)) continue;
+        if ((rc = gvm_topo_push(d)) != CUDA_SUCCESS) return rc;
+        rc = DRV(cuCtxSynchronize);
+        gvm_topo_pop();
+        if (rc != CUDA_SUCCESS) return rc;
+    }
+    return CUDA_SUCCESS;
+}

@@ -1,0 +1,61 @@
+/* What the machine offers: devices, their VMM abilities, who can reach
+ * whose memory, and one primary context and copy stream per device for
+ * gvmshim's own work. Read once at the first allocation (after the program
+ * initialised CUDA), never in a constructor. */
+#ifndef GVM_TOPO_H
+#define GVM_TOPO_H
+
+#include "core/cuda_api.h"
+#include "core/stats.h"
+
+#include <stdbool.h>
+
+struct gvm_device {
+    bool vmm;             /* can be served; otherwise its allocations pass through */
+    bool posix_fd;        /* handles may request POSIX_FD export (NCCL, IPC) */
+    bool rdma;            /* handles may be gpuDirectRDMACapable */
+    size_t total;         /* bytes of memory */
+    size_t gran;          /* allocation granularity */
+    CUcontext ctx;        /* primary context, retained on first use */
+    CUstream stream;      /* gvmshim's copy stream in ctx */
+    CUevent events[2];    /* double buffer for pipelined moves */
+};
+
+struct gvm_topo {
+    int ndev;
+    bool host_vmm;        /* HOST_NUMA (or HOST) handles can be created */
+    int host_numa_id;
+    CUmemLocationType host_type;
+    size_t gran;          /* the largest granularity of all locations */
+    unsigned char peer[GVM_MAX_DEVICES][GVM_MAX_DEVICES]; /* peer[a][b]: a reaches b's memory */
+    struct gvm_device dev[GVM_MAX_DEVICES];
+};
+
+extern struct gvm_topo gvm_topo;
+
+/* Reads the topology. Returns CUDA_SUCCESS or the failing call's error. */
+CUresult gvm_topo_init(void);
+
+/* True when a kernel on device `dev` can read memory at location `loc`. */
+bool gvm_topo_reaches(int dev, int loc);
+
+/* Fills descs with access for every device that can reach memory at loc,
+ * plus the CPU when cpu is set (host locations only). Returns the count. */
+int gvm_topo_access(int loc, bool cpu, CUmemAccessDesc *descs);
+
+/* The primary context of dev, retained on first use (creating it). */
+CUresult gvm_topo_ctx(int dev, CUcontext *ctx);
+
+/* Makes dev's primary context current on this thread; gvm_topo_pop undoes. */
+CUresult gvm_topo_push(int dev);
+void gvm_topo_pop(void);
+
+/* dev's copy stream and events, created on first use (dev's ctx current). */
+CUresult gvm_topo_stream(int dev, CUstream *stream);
+
+/* Waits for all work queued on every device whose primary context is
+ * active (and on the calling thread's current context): after it returns,
+ * no earlier kernel or copy can touch memory gvmshim is about to remap. */
+CUresult gvm_topo_quiesce(void);
+
+#endif

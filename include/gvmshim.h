@@ -1,0 +1,109 @@
+/* gvmshim public API.
+ *
+ * libgvmshim.so exports these functions. A program may link against it, or
+ * look them up at run time when it was started under the shim:
+ *
+ *     gvm_status (*migrate)(const void *, int) = dlsym(RTLD_DEFAULT, "gvm_migrate");
+ *     if (migrate) migrate(ptr, GVM_HOST);
+ *
+ * Every function takes any address inside an allocation the program got from
+ * cudaMalloc, cuMemAlloc or a framework pool while gvmshim served it. Sizes
+ * always come from gvmshim's own records, never from the caller.
+ *
+ * Statuses are 0 (GVM_OK) or negative; gvm_strerror() names them. When a
+ * driver call failed, GVM_ERR_DRIVER is returned and the CUresult is kept:
+ * gvm_query() reports it in `last_driver_error`, and GVM_LOG=warn logs it.
+ */
+#ifndef GVMSHIM_H
+#define GVMSHIM_H
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef int gvm_status;
+
+#define GVM_OK 0
+#define GVM_ERR_UNKNOWN_POINTER (-1) /* not inside an allocation gvmshim serves */
+#define GVM_ERR_NO_MEMORY (-2)       /* the destination has no room */
+#define GVM_ERR_NO_HEADROOM (-3)     /* the reservation cannot hold the new size */
+#define GVM_ERR_UNSUPPORTED (-4)     /* the device or link cannot do it (e.g. no peer access) */
+#define GVM_ERR_DRIVER (-5)          /* a driver call failed; the allocation is unchanged */
+#define GVM_ERR_INVALID (-6)         /* a bad argument (location, size, flags) */
+#define GVM_ERR_BUSY (-7)            /* the allocation is paused, or the call came during stream capture */
+#define GVM_ERR_INACTIVE (-8)        /* gvmshim is disabled (GVM_DISABLE) or could not start */
+
+/* Locations: a device ordinal (>= 0) or host memory. */
+#define GVM_HOST (-1)
+#define GVM_MIXED (-2) /* gvm_info.location: pieces live in several places */
+#define GVM_NOWHERE (-3) /* gvm_info.location: paused without a copy */
+
+typedef struct gvm_info {
+    void *base;                 /* the allocation's address, as the program got it */
+    size_t size;                /* the size the program asked for (after gvm_realloc: the new one) */
+    int device;                 /* the device it was allocated on; pointer queries report this */
+    int location;               /* where its memory is now: device, GVM_HOST, GVM_MIXED, GVM_NOWHERE */
+    int packed;                 /* 1: a small allocation sharing a chunk, which moves as a whole */
+    void *chunk_base;           /* the region that moves with it (== base when not packed) */
+    size_t chunk_size;          /* bytes of that region's physical memory */
+    size_t reserved;            /* virtual bytes reserved there (size + growth headroom) */
+    int pieces;                 /* physical pieces (cuMemCreate handles) behind it */
+    int aliases;                /* live aliases of its region */
+    int paused;                 /* 1 while paused by gvm_pause */
+    size_t bytes_on_device;     /* bytes resident on its own device */
+    size_t bytes_on_host;       /* bytes resident in host memory */
+    int last_driver_error;      /* CUresult of the last failed operation on it, 0 if none */
+    unsigned long long buffer_id; /* what CU_POINTER_ATTRIBUTE_BUFFER_ID reports; changes when it moves */
+} gvm_info;
+
+/* Moves the allocation's memory to `location` under the same pointer. The
+ * move waits for work already queued on every active device, copies on the
+ * copy engines, and only then unmaps the old memory: on any failure the
+ * allocation is exactly as it was. Packed small allocations move their whole
+ * chunk (see gvm_info.packed). */
+gvm_status gvm_migrate(const void *ptr, int location);
+
+/* Maps the allocation's memory at a second address; *alias_out is the
+ * second address of ptr itself (for an interior ptr, an interior address).
+ * A packed small allocation is aliased with its whole chunk. Writes through one
+ * address are visible through the other once the writing operation (kernel,
+ * copy, memset) has completed; within one kernel the two are not coherent.
+ * The memory lives until the allocation and all its aliases are gone. */
+gvm_status gvm_alias(const void *ptr, void **alias_out);
+gvm_status gvm_unalias(void *alias);
+
+/* Grows or shrinks the allocation in place: growth maps new memory after the
+ * existing pieces inside the reserved headroom (no copy); shrinking unmaps
+ * whole pieces past the new end. Aliases keep the length they had. */
+gvm_status gvm_realloc(const void *ptr, size_t new_size);
+
+gvm_status gvm_query(const void *ptr, gvm_info *info);
+
+const char *gvm_strerror(gvm_status status);
+
+/* ---- policy API ---------------------------------------------------------- */
+
+/* Tags the allocations this thread makes until the matching pop (a stack;
+ * names up to 63 bytes). */
+gvm_status gvm_tag_push(const char *tag);
+gvm_status gvm_tag_pop(void);
+
+#define GVM_PAUSE_KEEP 0    /* keep the contents in host memory */
+#define GVM_PAUSE_DISCARD 1 /* drop the contents; resume gives zeroed memory */
+
+/* Releases the device memory of every allocation tagged `tag` (NULL: all
+ * tagged allocations), keeping every pointer reserved. With GVM_PAUSE_KEEP
+ * the contents wait in host memory and stay readable there; with
+ * GVM_PAUSE_DISCARD nothing is kept and touching the memory faults. */
+gvm_status gvm_pause(const char *tag, int flags);
+
+/* Brings paused allocations back onto their devices, in place. */
+gvm_status gvm_resume(const char *tag);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

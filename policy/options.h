@@ -1,0 +1,124 @@
+/* The one list of gvmshim's options.
+ *
+ * Every option is one line X(name, type, default_text, "doc"): the name is
+ * the file key and, uppercased after "GVM_", the environment variable. From
+ * this list alone come the option enum, the fields of struct gvm_config,
+ * the parser dispatch, the defaults (default_text goes through the same
+ * parser as user input), --help-config, the README table and the dump.
+ *
+ * To add an option: add a line here (and a case to check_option() in
+ * config.c if its type alone does not bound it). To add a set of words:
+ * add it to GVM_ENUM_TYPES, nothing more. To add another type T: add it to
+ * GVM_OPTION_TYPES, typedef gvm_opt_T_t in config.h and write parse_T and
+ * format_T in config.c; the build fails until all of them exist.
+ *
+ * "none" (unlimited) is accepted exactly by the options whose default is
+ * "none". Range checks beyond the type live in check_option() in config.c.
+ */
+#ifndef GVM_POLICY_OPTIONS_H
+#define GVM_POLICY_OPTIONS_H
+
+#define GVM_OPTIONS(X)                                                         \
+    X(disable, bool, "0",                                                      \
+      "pure pass-through: gvmshim serves nothing")                             \
+    X(log, level, "warn",                                                      \
+      "stderr logging, lines prefixed 'gvmshim:'")                             \
+    X(stats, string, "",                                                       \
+      "1: print a summary to stderr at exit; any other value is a path the "   \
+      "summary is written to as JSON; empty: off")                             \
+    X(config, path, "",                                                        \
+      "configuration file to read (environment only)")                         \
+    X(libcuda, path, "libcuda.so.1",                                           \
+      "driver library gvmshim loads")                                          \
+    X(small_max, size, "1M",                                                   \
+      "allocations up to this size are packed into shared 2 MiB chunks "       \
+      "(0 to 1M)")                                                             \
+    X(block_size, size, "64M",                                                 \
+      "largest physical piece of a large allocation, the unit migrations "     \
+      "pipeline (a power-of-two multiple of 2M, 2M to 1G)")                    \
+    X(headroom, ratio_pct, "100%",                                             \
+      "extra virtual address space reserved after each large allocation so "   \
+      "it can grow in place, as a fraction of its size (0% to 1000%)")         \
+    X(cache_limit, size_pct_dev, "10%",                                        \
+      "freed allocations kept mapped for reuse, per device")                   \
+    X(pool_limit, size_pct_dev, "5%",                                          \
+      "ready physical pieces kept per device for migrations")                  \
+    X(host_pool, size, "4G",                                                   \
+      "ready pinned host pieces kept for migrations to host")                  \
+    X(host_access, host_access, "lazy",                                        \
+      "when the CPU gets access to host-resident allocations: at the move "    \
+      "(eager), at its first CPU touch (lazy), never (off)")                   \
+    X(device_limit, size_pct_dev, "none",                                      \
+      "most memory gvmshim lets the program hold on each device "              \
+      "(none: the device's capacity)")                                         \
+    X(host_limit, size, "none",                                                \
+      "most host memory gvmshim uses for spilled or migrated allocations "     \
+      "(none: unlimited)")                                                     \
+    X(spill, spill, "off",                                                     \
+      "where allocations go when a device is at its limit: off (fail as "      \
+      "natively) or the targets peer, host in the order to try")               \
+    X(spill_mode, spill_mode, "evict",                                         \
+      "make room by moving least recently used allocations out (evict) or "    \
+      "put the new allocation on the spill target (place)")                    \
+    X(promote, bool, "1",                                                      \
+      "bring spilled allocations back when room returns and they are used "    \
+      "again")                                                                 \
+    X(promote_rate, size, "8G",                                                \
+      "at most this many bytes promoted per second (more than 0)")             \
+    X(promote_interval, millis, "50ms",                                        \
+      "how often the promoter looks (1ms to 1h)")                              \
+    X(track_launches, track_launches, "auto",                                  \
+      "scan kernel launch arguments for recency (auto: only when spill is "    \
+      "on)")
+
+/* Types that are a set of words: E(type, VALUES), where VALUES(V) lists
+ * V(ENUMERATOR, word). The C enum is enum gvm_cfg_<type>, in list order. */
+#define GVM_ENUM_TYPES(E)                                                      \
+    E(level, GVM_LEVEL_VALUES)                                                 \
+    E(host_access, GVM_HOST_ACCESS_VALUES)                                     \
+    E(spill_mode, GVM_SPILL_MODE_VALUES)                                       \
+    E(track_launches, GVM_TRACK_LAUNCHES_VALUES)
+
+/* Same order as enum gvm_log_level in core/log.h. */
+#define GVM_LEVEL_VALUES(V)                                                    \
+    V(GVM_CFG_LOG_ERROR, error)                                                \
+    V(GVM_CFG_LOG_WARN, warn)                                                  \
+    V(GVM_CFG_LOG_INFO, info)                                                  \
+    V(GVM_CFG_LOG_DEBUG, debug)
+
+/* Same order as enum gvm_host_access in core/settings.h. */
+#define GVM_HOST_ACCESS_VALUES(V)                                              \
+    V(GVM_CFG_HOST_ACCESS_EAGER, eager)                                        \
+    V(GVM_CFG_HOST_ACCESS_LAZY, lazy)                                          \
+    V(GVM_CFG_HOST_ACCESS_OFF, off)
+
+#define GVM_SPILL_MODE_VALUES(V)                                               \
+    V(GVM_CFG_SPILL_EVICT, evict)                                              \
+    V(GVM_CFG_SPILL_PLACE, place)
+
+#define GVM_TRACK_LAUNCHES_VALUES(V)                                           \
+    V(GVM_CFG_TRACK_AUTO, auto)                                                \
+    V(GVM_CFG_TRACK_ON, on)                                                    \
+    V(GVM_CFG_TRACK_OFF, off)
+
+/* The other types: T(type, "what a value looks like", for the help). */
+#define GVM_OPTION_TYPES(T)                                                    \
+    T(bool, "1/0, yes/no, true/false, on/off")                                 \
+    T(size, "bytes, optional binary suffix K/M/G/T: 512M, 1.5G")               \
+    T(size_pct, "a size, or a percentage of the device's memory: 80%")         \
+    T(size_pct_dev, "a size or percentage for every device, or a list "        \
+                    "0:8G,1:16G,2:50% (unlisted devices: the default)")        \
+    T(ratio_pct, "a percentage (150%) or a factor (1.5)")                      \
+    T(spill, "off, or an ordered list of peer, host: peer,host")               \
+    T(millis, "milliseconds, optional suffix ms or s: 50ms, 2s")               \
+    T(path, "a file path")                                                     \
+    T(string, "text")
+
+enum gvm_option {
+#define GVM_OPTION_ENUM(name, type, def, doc) GVM_OPT_##name,
+    GVM_OPTIONS(GVM_OPTION_ENUM)
+#undef GVM_OPTION_ENUM
+    GVM_OPT_COUNT
+};
+
+#endif

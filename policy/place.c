@@ -1,0 +1,149 @@
+/* Where allocations go: placement rules, the device limit, and what to do
+ * when a device is full (policy/spill.c). Decisions are logged at debug. */
+#include "policy/place.h"
+
+#include "core/heap.h"
+#include "core/log.h"
+#include "core/move.h"
+#include "core/topo.h"
+#include "policy/spill.h"
+
+#include <string.h>
+
+struct gvm_policy gvm_policy;
+
+CUresult gvm_policy_start(const struct gvm_config *cfg)
+{
+    struct gvm_policy *p = &gvm_policy;
+    p->cfg = cfg;
+    for (int d = 0; d < gvm_topo.ndev; d++) {
+        size_t total = gvm_topo.dev[d].total;
+        size_t lim = gvm_cfg_device_value(&cfg->device_limit, d, total);
+        p->limit[d] = lim < total ? lim : total;
+        p->limited[d] = lim < total;
+    }
+    p->host_limit = cfg->host_limit;
+    p->tracking = cfg->track_launches == GVM_CFG_TRACK_ON ||
+                  (cfg->track_launches == GVM_CFG_TRACK_AUTO && cfg->spill.n > 0);
+    if (cfg->spill.n && cfg->promote) return gvm_promoter_start();
+    return CUDA_SUCCESS;
+}
+
+bool gvm_policy_tracks_launches(void) { return gvm_policy.tracking; }
+
+/* Bytes the program's allocations occupy at loc, plus what gvmshim keeps
+ * idle there (it occupies the device all the same). */
+size_t gvm_policy_usage(int loc)
+{
+    int64_t r = __atomic_load_n(&gvm_stats.resident[gvm_loc_slot(loc)], __ATOMIC_RELAXED);
+    size_t used = r > 0 ? (size_t)r : 0;
+    return loc >= 0 ? used + gvm_heap_idle_bytes(loc) : used;
+}
+
+size_t gvm_policy_limit(int loc)
+{
+    if (loc == GVM_LOC_HOST) return gvm_policy.host_limit;
+    return gvm_policy.limit[loc];
+}
+
+bool gvm_policy_fits(int loc, size_t bytes)
+{
+    size_t lim = gvm_policy_limit(loc);
+    if (lim == SIZE_MAX) return true;
+    size_t used = gvm_policy_usage(loc);
+    return used <= lim && bytes <= lim - used;
+}
+
+/* The peer of `device` with the most room under its limit, or -1. */
+int gvm_policy_best_peer(int device, size_t bytes)
+{
+    int best = -1;
+    size_t best_room = 0;
+    for (int d = 0; d < gvm_topo.ndev; d++) {
+        if (d == device || !gvm_topo.dev[d].vmm || !gvm_topo_reaches(device, d)) continue;
+        size_t lim = gvm_policy_limit(d), used = gvm_policy_usage(d);
+        size_t room = lim > used ? lim - used : 0;
+        if (room >= bytes && room > best_room) {
+            best = d;
+            best_room = room;
+        }
+    }
+    return best;
+}
+
+static struct gvm_place rule_place(size_t size, int device, int tag)
+{
+    struct gvm_place pl = {.loc = device};
+    const struct gvm_rule *r = gvm_rule_match(gvm_policy.cfg, size, device, gvm_tag_name(tag));
+    if (!r) return pl;
+    switch (r->place) {
+    case GVM_RULE_PLACE_HOST:
+        if (gvm_topo.host_vmm) pl.loc = GVM_LOC_HOST;
+        break;
+    case GVM_RULE_PLACE_DEVICE:
+        if (gvm_topo_reaches(device, r->place_device) && gvm_topo.dev[r->place_device].vmm)
+            pl.loc = r->place_device;
+        break;
+    case GVM_RULE_PLACE_PEER: {
+        int peer = gvm_policy_best_peer(device, size);
+        if (peer >= 0) pl.loc = peer;
+        break;
+    }
+    case GVM_RULE_PLACE_INTERLEAVE:
+        for (int i = 0; i < (r->ninterleave ? r->ninterleave : gvm_topo.ndev); i++) {
+            int d = r->ninterleave ? r->interleave[i] : i;
+            if (d < gvm_topo.ndev && gvm_topo_reaches(device, d)) pl.interleave |= 1ull << d;
+        }
+        break;
+    }
+    gvm_debug("rule '%s' places %zu bytes from device %d at %d%s", r->name, size, device, pl.loc,
+              pl.interleave ? " (interleaved)" : "");
+    return pl;
+}
+
+static size_t charge_of(size_t size)
+{
+    size_t g = gvm_topo.gran;
+    return (size + g - 1) / g * g;
+}
+
+static CUresult alloc_at(size_t size, int device, CUcontext ctx, struct gvm_place pl, int tag, uintptr_t *out)
+{
+    CUresult rc = gvm_heap_alloc(size, device, ctx, &pl, tag, out);
+    if (rc != CUDA_SUCCESS || pl.loc == device) return rc;
+    struct gvm_ref ref;
+    if (gvm_heap_find(*out, &ref)) ref.region->spilled_at = pl.loc != ref.region->home ? gvm_clock_tick() : 0;
+    return rc;
+}
+
+CUresult gvm_policy_alloc(size_t size, int device, CUcontext ctx, int tag, uintptr_t *out)
+{
+    struct gvm_place pl = rule_place(size, device, tag);
+    if (pl.interleave) return gvm_heap_alloc(size, device, ctx, &pl, tag, out);
+    size_t need = charge_of(size);
+    bool limited = pl.loc != device || gvm_policy.limited[device] || gvm_policy.cfg->spill.n;
+    if (!limited) return gvm_heap_alloc(size, device, ctx, &pl, tag, out);
+    if (!gvm_policy_fits(pl.loc, need) && gvm_heap_trim(pl.loc) && gvm_policy_fits(pl.loc, need))
+        gvm_debug("released idle memory on %d to fit %zu bytes", pl.loc, size);
+    CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (gvm_policy_fits(pl.loc, need)) rc = alloc_at(size, device, ctx, pl, tag, out);
+    if (rc != CUDA_ERROR_OUT_OF_MEMORY || !gvm_policy.cfg->spill.n || pl.loc != device) return rc;
+    return gvm_spill_alloc(size, device, ctx, tag, out);
+}
+
+CUresult gvm_policy_free(uintptr_t p) { return gvm_heap_free(p); }
+
+void gvm_policy_meminfo(int device, size_t *free_bytes, size_t *total_bytes)
+{
+    size_t idle = gvm_heap_idle_bytes(device);
+    size_t f = *free_bytes + idle, t = *total_bytes;
+    if (gvm_policy.limited[device]) {
+        size_t lim = gvm_policy.limit[device];
+        size_t used = gvm_policy_usage(device) - idle;
+        t = lim < t ? lim : t;
+        size_t room = lim > used ? lim - used : 0;
+        if (room < f) f = room;
+    }
+    *free_bytes = f;
+    *total_bytes = t;
+}

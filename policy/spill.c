@@ -1,0 +1,142 @@
+/* Spilling: when an allocation would pass its device's limit (or the
+ * device is out of memory), make room by moving the least recently used
+ * allocations to the spill targets, in the order the user gave, or place
+ * the new allocation there. Never fail while a target has room; fail as
+ * natively (CUDA_ERROR_OUT_OF_MEMORY) when none has. */
+#include "policy/spill.h"
+
+#include "core/log.h"
+#include "core/move.h"
+#include "core/topo.h"
+
+#include <stdlib.h>
+
+struct victim {
+    struct gvm_region *r;
+    uint64_t last_use;
+};
+
+struct collect {
+    int device;
+    struct victim *v;
+    size_t n, cap;
+};
+
+static void collect_one(struct gvm_region *r, void *arg)
+{
+    struct collect *c = arg;
+    if (r->state != GVM_REGION_LIVE || r->kind == GVM_REGION_ALIAS) return;
+    if (r->flags & (GVM_RF_PAUSED | GVM_RF_PINNED) || r->home != c->device) return;
+    if (gvm_region_location(r) != c->device) return;
+    if (c->n == c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 64;
+        struct victim *nv = realloc(c->v, cap * sizeof *nv);
+        if (!nv) return;
+        c->v = nv;
+        c->cap = cap;
+    }
+    c->v[c->n++] = (struct victim){r, __atomic_load_n(&r->last_use, __ATOMIC_RELAXED)};
+}
+
+static int by_age(const void *a, const void *b)
+{
+    uint64_t x = ((const struct victim *)a)->last_use, y = ((const struct victim *)b)->last_use;
+    return x < y ? -1 : x > y;
+}
+
+static size_t charge_of(size_t size)
+{
+    size_t g = gvm_topo.gran;
+    return (size + g - 1) / g * g;
+}
+
+/* The first spill target, in the user's order, with room for bytes. */
+static int pick_target(int device, size_t bytes)
+{
+    const struct gvm_spill_list *s = &gvm_policy.cfg->spill;
+    for (int i = 0; i < s->n; i++) {
+        if (s->target[i] == GVM_SPILL_PEER) {
+            int peer = gvm_policy_best_peer(device, bytes);
+            if (peer >= 0) return peer;
+        } else if (gvm_topo.host_vmm && gvm_policy_fits(GVM_LOC_HOST, bytes)) {
+            return GVM_LOC_HOST;
+        }
+    }
+    return GVM_LOC_NONE;
+}
+
+/* Moves one victim off device. True when it moved. */
+static bool evict(struct gvm_region *r, int device)
+{
+    pthread_mutex_lock(&r->op);
+    bool ok = false;
+    if (r->state == GVM_REGION_LIVE && !(r->flags & (GVM_RF_PAUSED | GVM_RF_PINNED)) &&
+        gvm_region_location(r) == device) {
+        int to = pick_target(device, r->mapped);
+        if (to != GVM_LOC_NONE) {
+            gvm_move_enter(r);
+            ok = gvm_move_blocks(r, to) == CUDA_SUCCESS;
+            gvm_move_leave(r);
+            if (ok) {
+                r->spilled_at = gvm_clock_tick();
+                gvm_stat_inc(spills);
+                gvm_stat_add(spilled_bytes, r->mapped);
+                gvm_debug("spill: moved %#lx (%zu bytes, last use %lu) from device %d to %d",
+                          (unsigned long)r->base, r->mapped, (unsigned long)r->last_use, device, to);
+            }
+        }
+    }
+    pthread_mutex_unlock(&r->op);
+    return ok;
+}
+
+static CUresult try_alloc(size_t size, int device, CUcontext ctx, int tag, uintptr_t *out)
+{
+    struct gvm_place pl = {.loc = device};
+    if (!gvm_policy_fits(device, charge_of(size))) return CUDA_ERROR_OUT_OF_MEMORY;
+    return gvm_heap_alloc(size, device, ctx, &pl, tag, out);
+}
+
+static CUresult evict_then_alloc(size_t size, int device, CUcontext ctx, int tag, uintptr_t *out)
+{
+    struct collect c = {.device = device};
+    gvm_heap_for_each(collect_one, &c);
+    qsort(c.v, c.n, sizeof *c.v, by_age);
+    CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
+    for (size_t i = 0; i <= c.n; i++) {
+        gvm_heap_trim(device);   /* what moved out went to the pool: free it */
+        if ((rc = try_alloc(size, device, ctx, tag, out)) != CUDA_ERROR_OUT_OF_MEMORY) break;
+        if (i == c.n) break;
+        evict(c.v[i].r, device);
+    }
+    free(c.v);
+    return rc;
+}
+
+static CUresult place_on_target(size_t size, int device, CUcontext ctx, int tag, uintptr_t *out)
+{
+    int to = pick_target(device, charge_of(size));
+    if (to == GVM_LOC_NONE) return CUDA_ERROR_OUT_OF_MEMORY;
+    struct gvm_place pl = {.loc = to};
+    CUresult rc = gvm_heap_alloc(size, device, ctx, &pl, tag, out);
+    if (rc != CUDA_SUCCESS) return rc;
+    struct gvm_ref ref;
+    if (gvm_heap_find(*out, &ref)) {
+        ref.region->home = device;    /* it belongs on device: promote it when room returns */
+        ref.region->spilled_at = gvm_clock_tick();
+    }
+    gvm_stat_inc(spills);
+    gvm_stat_add(spilled_bytes, charge_of(size));
+    gvm_debug("spill: placed %zu bytes for device %d at %d", size, device, to);
+    return CUDA_SUCCESS;
+}
+
+CUresult gvm_spill_alloc(size_t size, int device, CUcontext ctx, int tag, uintptr_t *out)
+{
+    CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
+    if (gvm_policy.cfg->spill_mode == GVM_CFG_SPILL_EVICT) {
+        rc = evict_then_alloc(size, device, ctx, tag, out);
+        if (rc != CUDA_ERROR_OUT_OF_MEMORY) return rc;
+    }
+    return place_on_target(size, device, ctx, tag, out);
+}

@@ -1,0 +1,187 @@
+/* Kernel launches, interposed only while the policy needs recency: the
+ * launch's arguments are scanned for addresses inside gvmshim regions,
+ * which are marked used and announced for the launch call (so a region
+ * being moved makes the launch wait, and a move waits for the launch to be
+ * queued). The layout of each kernel's parameters comes from
+ * cuFuncGetParamInfo (or cuKernelGetParamInfo) once, then from a cache. */
+#include "preload/shim.h"
+
+#include "policy/place.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_PARAMS 256
+#define MAX_USED 32
+#define SCAN_LIMIT 4096   /* bytes of arguments looked at per launch */
+#define LAYOUT_BUCKETS 1024
+
+struct layout {
+    void *fn;
+    int nparams;          /* -1: unknown, launches of it are not scanned */
+    uint32_t *size;       /* bytes of each parameter */
+    struct layout *next;
+};
+
+static struct layout *buckets[LAYOUT_BUCKETS];
+static pthread_mutex_t layout_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static unsigned bucket_of(void *fn) { return (unsigned)(((uintptr_t)fn >> 4) % LAYOUT_BUCKETS); }
+
+static int query_params(void *fn, uint32_t *sizes)
+{
+    int n = 0;
+    for (; n < MAX_PARAMS; n++) {
+        size_t off, sz;
+        CUresult rc = CUDA_ERROR_NOT_SUPPORTED;
+        if (gvm_drv.cuFuncGetParamInfo) rc = gvm_drv.cuFuncGetParamInfo((CUfunction)fn, (size_t)n, &off, &sz);
+        if (rc != CUDA_SUCCESS && gvm_drv.cuKernelGetParamInfo)
+            rc = gvm_drv.cuKernelGetParamInfo((CUkernel)fn, (size_t)n, &off, &sz);
+        if (rc != CUDA_SUCCESS) break;
+        sizes[n] = (uint32_t)sz;
+    }
+    return n ? n : -1;
+}
+
+static const struct layout *layout_of(void *fn)
+{
+    unsigned b = bucket_of(fn);
+    for (struct layout *l = __atomic_load_n(&buckets[b], __ATOMIC_ACQUIRE); l; l = l->next)
+        if (l->fn == fn) return l;
+    uint32_t sizes[MAX_PARAMS];
+    int n = query_params(fn, sizes);
+    struct layout *l = calloc(1, sizeof *l);
+    if (!l) return NULL;
+    l->fn = fn;
+    l->nparams = n;
+    if (n > 0 && !(l->size = malloc((size_t)n * sizeof *l->size))) {
+        free(l);
+        return NULL;
+    }
+    if (n > 0) memcpy(l->size, sizes, (size_t)n * sizeof *sizes);
+    pthread_mutex_lock(&layout_lock);
+    l->next = buckets[b];
+    __atomic_store_n(&buckets[b], l, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&layout_lock);
+    return l;
+}
+
+struct used {
+    struct gvm_region *r[MAX_USED];
+    int n;
+};
+
+static void note(struct used *u, uint64_t word)
+{
+    struct gvm_region *r = gvm_heap_region((uintptr_t)word);
+    if (!r) return;
+    for (int i = 0; i < u->n; i++)
+        if (u->r[i] == r) return;
+    if (u->n == MAX_USED) return;
+    u->r[u->n++] = gvm_use_begin((uintptr_t)word);
+}
+
+/* Every 8-byte word of the argument bytes may be a pointer (structs of
+ * pointers included, as PyTorch passes them). */
+static void scan_bytes(struct used *u, const unsigned char *p, size_t len)
+{
+    for (size_t o = 0; o + sizeof(uint64_t) <= len; o += sizeof(uint64_t)) {
+        uint64_t w;
+        memcpy(&w, p + o, sizeof w);
+        if (w >> 12) note(u, w);
+    }
+}
+
+static void scan(struct used *u, void *fn, void **params, void **extra)
+{
+    u->n = 0;
+    if (!gvm_shim_active()) return;
+    gvm_stat_inc(launches_scanned);
+    size_t budget = SCAN_LIMIT;
+    if (params) {
+        const struct layout *l = layout_of(fn);
+        if (!l || l->nparams < 0) return;
+        for (int i = 0; i < l->nparams && budget; i++) {
+            size_t len = l->size[i] < budget ? l->size[i] : budget;
+            if (params[i]) scan_bytes(u, params[i], len);
+            budget -= len;
+        }
+        return;
+    }
+    /* The packed form: CU_LAUNCH_PARAM_BUFFER_POINTER / _SIZE pairs. */
+    const void *buf = NULL;
+    size_t len = 0;
+    for (void **e = extra; e && *e != CU_LAUNCH_PARAM_END; e += 2) {
+        if (e[0] == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = e[1];
+        if (e[0] == CU_LAUNCH_PARAM_BUFFER_SIZE && e[1]) len = *(size_t *)e[1];
+    }
+    if (buf) scan_bytes(u, buf, len < budget ? len : budget);
+}
+
+static void release(struct used *u)
+{
+    for (int i = 0; i < u->n; i++) gvm_use_end(u->r[i]);
+}
+
+#define LAUNCH_HOOK(fn)                                                        \
+    GVM_EXPORT CUresult CUDAAPI fn(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, \
+                                   unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params, \
+                                   void **extra)                              \
+    {                                                                          \
+        gvm_hook_count(GVM_FN_##fn);                                           \
+        struct used u;                                                         \
+        scan(&u, (void *)f, params, extra);                                    \
+        CUresult rc = gvm_drv.fn(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra); \
+        release(&u);                                                           \
+        return rc;                                                             \
+    }
+
+LAUNCH_HOOK(cuLaunchKernel)
+LAUNCH_HOOK(cuLaunchKernel_ptsz)
+
+#define LAUNCH_EX_HOOK(fn)                                                     \
+    GVM_EXPORT CUresult CUDAAPI fn(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra) \
+    {                                                                          \
+        gvm_hook_count(GVM_FN_##fn);                                           \
+        struct used u;                                                         \
+        scan(&u, (void *)f, params, extra);                                    \
+        CUresult rc = gvm_drv.fn(cfg, f, params, extra);                       \
+        release(&u);                                                           \
+        return rc;                                                             \
+    }
+
+LAUNCH_EX_HOOK(cuLaunchKernelEx)
+LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz)
+
+#define COOP_HOOK(fn)                                                          \
+    GVM_EXPORT CUresult CUDAAPI fn(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, \
+                                   unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params) \
+    {                                                                          \
+        gvm_hook_count(GVM_FN_##fn);                                           \
+        struct used u;                                                         \
+        scan(&u, (void *)f, params, NULL);                                     \
+        CUresult rc = gvm_drv.fn(f, gx, gy, gz, bx, by, bz, shmem, s, params); \
+        release(&u);                                                           \
+        return rc;                                                             \
+    }
+
+COOP_HOOK(cuLaunchCooperativeKernel)
+COOP_HOOK(cuLaunchCooperativeKernel_ptsz)
+
+/* A graph's kernels are not scanned; its launch waits while any region
+ * is being moved, so a replay never races a remap. */
+#define GRAPH_HOOK(fn)                                                         \
+    GVM_EXPORT CUresult CUDAAPI fn(CUgraphExec g, CUstream s)                 \
+    {                                                                          \
+        gvm_hook_count(GVM_FN_##fn);                                           \
+        gvm_move_gate_enter();                                                 \
+        CUresult rc = gvm_drv.fn(g, s);                                        \
+        gvm_move_gate_leave();                                                 \
+        return rc;                                                             \
+    }
+
+GRAPH_HOOK(cuGraphLaunch)
+GRAPH_HOOK(cuGraphLaunch_ptsz)
+
+int gvm_shim_tag(void) { return gvm_policy_current_tag(); }

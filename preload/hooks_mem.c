@@ -1,0 +1,138 @@
+/* Allocation entry points served by the core through the policy. */
+#include "preload/shim.h"
+
+#include "policy/place.h"
+
+/* The device of the current context, as native allocation calls need it. */
+static CUresult current_device(CUcontext *ctx, int *dev)
+{
+    CUresult rc = gvm_drv.cuCtxGetCurrent(ctx);
+    if (rc != CUDA_SUCCESS) return rc;
+    if (!*ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    CUdevice d;
+    rc = gvm_drv.cuCtxGetDevice(&d);
+    *dev = d;
+    return rc;
+}
+
+/* Serves an allocation, or returns CUDA_ERROR_NOT_SUPPORTED to send it
+ * to the real driver (device without VMM, shim inactive). */
+static CUresult serve(size_t size, CUdeviceptr *out)
+{
+    if (!gvm_shim_serving()) return CUDA_ERROR_NOT_SUPPORTED;
+    CUcontext ctx;
+    int dev;
+    CUresult rc = current_device(&ctx, &dev);
+    if (rc != CUDA_SUCCESS) return rc;
+    if (dev < 0 || dev >= gvm_topo.ndev || !gvm_topo.dev[dev].vmm) return CUDA_ERROR_NOT_SUPPORTED;
+    uintptr_t p = 0;
+    rc = gvm_policy_alloc(size, dev, ctx, gvm_shim_tag(), &p);
+    if (rc == CUDA_SUCCESS) *out = (CUdeviceptr)p;
+    return rc;
+}
+
+GVM_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
+{
+    gvm_hook_count(GVM_FN_cuMemAlloc_v2);
+    if (!dptr) return gvm_drv.cuMemAlloc_v2(dptr, bytesize);
+    CUresult rc = serve(bytesize, dptr);
+    if (rc != CUDA_ERROR_NOT_SUPPORTED) return rc;
+    gvm_stat_inc(passthrough_calls);
+    return gvm_drv.cuMemAlloc_v2(dptr, bytesize);
+}
+
+/* Pitched rows start on 512-byte boundaries, the alignment cudaMallocPitch
+ * gives on current GPUs. */
+#define PITCH_ALIGN 512
+
+GVM_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch, size_t width,
+                                               size_t height, unsigned int elem)
+{
+    gvm_hook_count(GVM_FN_cuMemAllocPitch_v2);
+    bool valid = dptr && pitch && width && height && (elem == 4 || elem == 8 || elem == 16);
+    if (valid && gvm_shim_serving()) {
+        size_t p = (width + PITCH_ALIGN - 1) / PITCH_ALIGN * PITCH_ALIGN;
+        CUresult rc = serve(p * height, dptr);
+        if (rc != CUDA_ERROR_NOT_SUPPORTED) {
+            if (rc == CUDA_SUCCESS) *pitch = p;
+            return rc;
+        }
+    }
+    gvm_stat_inc(passthrough_calls);
+    return gvm_drv.cuMemAllocPitch_v2(dptr, pitch, width, height, elem);
+}
+
+GVM_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
+{
+    gvm_hook_count(GVM_FN_cuMemFree_v2);
+    if (dptr && gvm_shim_active()) {
+        CUresult rc = gvm_policy_free((uintptr_t)dptr);
+        if (rc != CUDA_ERROR_NOT_FOUND) return rc;
+    }
+    gvm_stat_inc(passthrough_calls);
+    return gvm_drv.cuMemFree_v2(dptr);
+}
+
+/* Stream-ordered allocations stay with the driver's pools: their memory
+ * is recycled inside the pool without passing through here. */
+static CUresult alloc_async(__typeof__(cuMemAllocAsync) *real, enum gvm_driver_fn fn, CUdeviceptr *p,
+                            size_t n, CUstream s)
+{
+    gvm_hook_count(fn);
+    gvm_stat_inc(passthrough_calls);
+    return real(p, n, s);
+}
+
+/* A gvmshim pointer freed in stream order: wait for the stream, then free. */
+static CUresult free_async(__typeof__(cuMemFreeAsync) *real, enum gvm_driver_fn fn, CUdeviceptr p,
+                           CUstream s)
+{
+    gvm_hook_count(fn);
+    if (p && gvm_shim_active()) {
+        struct gvm_ref ref;
+        if (gvm_heap_find((uintptr_t)p, &ref)) {
+            CUresult rc = gvm_drv.cuStreamSynchronize(s);
+            return rc == CUDA_SUCCESS ? gvm_policy_free((uintptr_t)p) : rc;
+        }
+    }
+    gvm_stat_inc(passthrough_calls);
+    return real(p, s);
+}
+
+GVM_EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s)
+{
+    return alloc_async(gvm_drv.cuMemAllocAsync, GVM_FN_cuMemAllocAsync, p, n, s);
+}
+
+GVM_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s)
+{
+    return alloc_async(gvm_drv.cuMemAllocAsync_ptsz, GVM_FN_cuMemAllocAsync_ptsz, p, n, s);
+}
+
+GVM_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr p, CUstream s)
+{
+    return free_async(gvm_drv.cuMemFreeAsync, GVM_FN_cuMemFreeAsync, p, s);
+}
+
+GVM_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
+{
+    return free_async(gvm_drv.cuMemFreeAsync_ptsz, GVM_FN_cuMemFreeAsync_ptsz, p, s);
+}
+
+/* Memory gvmshim holds but the program does not use counts as free; a
+ * device limit caps what the program is told it has. */
+GVM_EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
+{
+    gvm_hook_count(GVM_FN_cuMemGetInfo_v2);
+    size_t f = 0, t = 0;
+    CUresult rc = gvm_drv.cuMemGetInfo_v2(&f, &t);
+    if (rc == CUDA_SUCCESS && gvm_shim_active()) {
+        CUcontext ctx;
+        int dev;
+        if (current_device(&ctx, &dev) == CUDA_SUCCESS && dev >= 0 && dev < gvm_topo.ndev)
+            gvm_policy_meminfo(dev, &f, &t);
+    }
+    if (free_bytes) *free_bytes = f;
+    if (total_bytes) *total_bytes = t;
+    return rc;
+}

@@ -1,0 +1,175 @@
+/* Start-up of the preload layer.
+ *
+ * At library load only the configuration is read (no CUDA call: programs
+ * fork before using CUDA, and a bad configuration must stop the job before
+ * it runs). The driver library is opened on the first interposed call, and
+ * the core starts on the first allocation, when the program has a context. */
+#define _GNU_SOURCE
+#include "preload/shim.h"
+
+#include "core/log.h"
+#include "core/topo.h"
+#include "policy/config.h"
+#include "policy/place.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+extern char **environ;
+
+struct gvm_config gvm_cfg;
+
+static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+static int driver_state;      /* 0 not tried, 1 loaded, -1 failed */
+static int core_state;        /* 0 not started, 1 serving, -1 failed */
+static __thread bool loading; /* this thread is inside the driver's dlopen */
+
+typedef void *(*dlsym_fn)(void *, const char *);
+static dlsym_fn real_dlsym_ptr;
+
+/* The real dlsym, never through the public symbol (which is ours). */
+void *gvm_real_dlsym(void *handle, const char *name)
+{
+    dlsym_fn f = __atomic_load_n(&real_dlsym_ptr, __ATOMIC_ACQUIRE);
+    if (!f) {
+        static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
+        for (size_t i = 0; i < sizeof versions / sizeof *versions && !f; i++)
+            f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+        if (!f) return NULL;
+        __atomic_store_n(&real_dlsym_ptr, f, __ATOMIC_RELEASE);
+    }
+    return f(handle, name);
+}
+
+bool gvm_shim_loading(void) { return loading; }
+
+bool gvm_cfg_disabled(void) { return gvm_cfg.disable; }
+
+bool gvm_shim_driver(void)
+{
+    int st = __atomic_load_n(&driver_state, __ATOMIC_ACQUIRE);
+    if (st) return st > 0;
+    if (loading) return false;          /* libcuda's own start-up calling back */
+    pthread_mutex_lock(&start_lock);
+    if (!driver_state) {
+        char err[256];
+        loading = true;
+        int rc = gvm_driver_load(gvm_cfg.libcuda, gvm_real_dlsym, err, sizeof err);
+        loading = false;
+        if (rc) gvm_warn("%s; passing everything through", err);
+        __atomic_store_n(&driver_state, rc ? -1 : 1, __ATOMIC_RELEASE);
+    }
+    st = driver_state;
+    pthread_mutex_unlock(&start_lock);
+    return st > 0;
+}
+
+/* Turns the configuration into the core's absolute settings, once the
+ * device sizes are known. */
+static void resolve_settings(struct gvm_settings *s)
+{
+    gvm_settings_defaults(s);
+    s->small_max = gvm_cfg.small_max;
+    s->block_size = gvm_cfg.block_size;
+    s->headroom = gvm_cfg.headroom;
+    s->host_pool = gvm_cfg.host_pool;
+    s->host_access = (int)gvm_cfg.host_access;
+    for (int d = 0; d < gvm_topo.ndev; d++) {
+        size_t total = gvm_topo.dev[d].total;
+        s->cache_limit[d] = gvm_cfg_device_value(&gvm_cfg.cache_limit, d, total);
+        s->pool_limit[d] = gvm_cfg_device_value(&gvm_cfg.pool_limit, d, total);
+    }
+}
+
+static void start_core(void)
+{
+    CUcontext ctx = NULL;
+    /* Without a current context the program's own call fails natively;
+     * try again at the next one. */
+    if (gvm_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return;
+    struct gvm_settings s;
+    CUresult rc = gvm_core_start(&s, resolve_settings);
+    if (rc == CUDA_SUCCESS) rc = gvm_policy_start(&gvm_cfg);
+    if (rc != CUDA_SUCCESS) {
+        gvm_core_set_active(false);
+        gvm_warn("cannot start (driver error %d); passing everything through", rc);
+        core_state = -1;
+        return;
+    }
+    core_state = 1;
+    gvm_info("serving allocations on %d device(s)", gvm_topo.ndev);
+}
+
+bool gvm_shim_serving(void)
+{
+    int st = __atomic_load_n(&core_state, __ATOMIC_ACQUIRE);
+    if (st) return st > 0;
+    if (gvm_cfg.disable || !gvm_shim_driver()) return false;
+    pthread_mutex_lock(&start_lock);
+    if (!core_state) start_core();
+    st = core_state;
+    pthread_mutex_unlock(&start_lock);
+    return st > 0;
+}
+
+static void log_line(const char *line, void *arg)
+{
+    (void)arg;
+    gvm_debug("config: %s", line);
+}
+
+__attribute__((constructor)) static void gvm_shim_configure(void)
+{
+    char err[GVM_CFG_ERR_MAX];
+    if (gvm_config_load(&gvm_cfg, environ, err, sizeof err)) {
+        char line[GVM_CFG_ERR_MAX + 16];
+        int n = snprintf(line, sizeof line, "gvmshim: %s\n", err);
+        ssize_t w = write(STDERR_FILENO, line, n > 0 ? (size_t)n : 0);
+        (void)w;
+        _exit(1);
+    }
+    gvm_log_level = (int)gvm_cfg.log;
+    if (gvm_cfg.disable) gvm_core_set_active(false);
+    if (gvm_log_level >= GVM_LOG_DEBUG) gvm_config_dump_lines(&gvm_cfg, log_line, NULL);
+}
+
+/* "%p" in the stats path becomes the process id, so processes of one job
+ * can write their own files. */
+static void stats_path(char *out, size_t len)
+{
+    const char *in = gvm_cfg.stats;
+    size_t o = 0;
+    for (; *in && o + 24 < len; in++) {
+        if (in[0] == '%' && in[1] == 'p') {
+            o += (size_t)snprintf(out + o, len - o, "%ld", (long)getpid());
+            in++;
+        } else {
+            out[o++] = *in;
+        }
+    }
+    out[o] = 0;
+}
+
+__attribute__((destructor)) static void gvm_shim_report(void)
+{
+    /* A process that never reached the driver has nothing to say. */
+    if (!gvm_cfg.stats[0] || driver_state <= 0) return;
+    int ndev = gvm_topo.ndev;
+    if (!strcmp(gvm_cfg.stats, "1")) {
+        gvm_stats_write(stderr, 0, ndev);
+        fflush(stderr);
+        return;
+    }
+    char path[GVM_CFG_PATH_MAX + 32];
+    stats_path(path, sizeof path);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        gvm_warn("cannot write stats to %s", path);
+        return;
+    }
+    gvm_stats_write(f, 1, ndev);
+    fclose(f);
+}

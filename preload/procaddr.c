@@ -1,0 +1,77 @@
+/* Handing out hooks. cudart (static or shared), PyTorch, CuPy and ctypes
+ * users all resolve driver entry points by dlsym on libcuda or through
+ * cuGetProcAddress. In both cases the real resolver answers first, and the
+ * answer is replaced only when it is the exact real function one of our
+ * hooks stands in for: so the ABI of the version and flags asked for is
+ * kept (cuMemAlloc at 3020 is the _v2 function, cuMemcpy with the
+ * per-thread flag is cuMemcpy_ptds), legacy symbols stay untouched, and
+ * libraries whose names merely start with "cu" are never matched. */
+#define _GNU_SOURCE
+#include "preload/shim.h"
+
+#include "preload/hooklist.h"
+#include "policy/place.h"
+
+#include <dlfcn.h>
+#include <string.h>
+
+#define HOOK_ENTRY(name) [GVM_FN_##name] = (void *)&name,
+void *const gvm_hook_table[GVM_FN_COUNT] = {GVM_HOOKS(HOOK_ENTRY, HOOK_ENTRY)};
+#undef HOOK_ENTRY
+
+#define LAUNCH_ENTRY(name) [GVM_FN_##name] = 1,
+#define NOT_LAUNCH(name)
+static const unsigned char is_launch[GVM_FN_COUNT] = {GVM_HOOKS(NOT_LAUNCH, LAUNCH_ENTRY)};
+#undef LAUNCH_ENTRY
+#undef NOT_LAUNCH
+
+static void *hook_at(int i)
+{
+    if (!gvm_hook_table[i]) return NULL;
+    if (is_launch[i] && !gvm_policy_tracks_launches()) return NULL;
+    return gvm_hook_table[i];
+}
+
+void *gvm_shim_hook_for(void *real, const char *name_hint)
+{
+    if (!real) return NULL;
+    void *const *slots = (void *const *)&gvm_drv;
+    for (int i = 0; i < GVM_FN_COUNT; i++)
+        if (slots[i] == real) return hook_at(i);
+    /* A driver may hand out a pointer other than its exported symbol:
+     * identify it by the symbol it belongs to. */
+    Dl_info info;
+    if (!dladdr(real, &info) || !info.dli_sname || info.dli_saddr != real) return NULL;
+    if (gvm_driver_handle() && info.dli_fbase) {
+        for (int i = 0; i < GVM_FN_COUNT; i++)
+            if (!strcmp(gvm_driver_names[i], info.dli_sname)) return hook_at(i);
+    }
+    (void)name_hint;
+    return NULL;
+}
+
+static void substitute(void **pfn, const char *symbol)
+{
+    if (!pfn || !*pfn || gvm_cfg_disabled()) return;
+    void *h = gvm_shim_hook_for(*pfn, symbol);
+    if (h) *pfn = h;
+}
+
+GVM_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
+                                                cuuint64_t flags, CUdriverProcAddressQueryResult *status)
+{
+    if (!gvm_shim_driver() || !gvm_drv.cuGetProcAddress_v2) return CUDA_ERROR_NOT_INITIALIZED;
+    gvm_hook_count(GVM_FN_cuGetProcAddress_v2);
+    CUresult rc = gvm_drv.cuGetProcAddress_v2(symbol, pfn, version, flags, status);
+    if (rc == CUDA_SUCCESS) substitute(pfn, symbol);
+    return rc;
+}
+
+GVM_EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
+{
+    if (!gvm_shim_driver() || !gvm_drv.cuGetProcAddress) return CUDA_ERROR_NOT_INITIALIZED;
+    gvm_hook_count(GVM_FN_cuGetProcAddress);
+    CUresult rc = gvm_drv.cuGetProcAddress(symbol, pfn, version, flags);
+    if (rc == CUDA_SUCCESS) substitute(pfn, symbol);
+    return rc;
+}

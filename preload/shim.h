@@ -1,0 +1,61 @@
+/* Internal interface of the preload layer: the interposed entry points
+ * (hooks) reach the real driver through gvm_drv and the core through these
+ * helpers. */
+#ifndef GVM_SHIM_H
+#define GVM_SHIM_H
+
+#include "core/core.h"
+#include "core/driver.h"
+#include "core/heap.h"
+#include "core/move.h"
+#include "core/stats.h"
+#include "core/topo.h"
+
+#include <stdbool.h>
+
+#define GVM_EXPORT __attribute__((visibility("default")))
+
+/* Fills the driver table from the real libcuda once; false if it cannot be
+ * loaded (hooks are only handed out after a successful load). */
+bool gvm_shim_driver(void);
+
+/* True when gvmshim serves allocations: not disabled, driver loaded, core
+ * started (starting it on first use, which needs cuInit done). */
+bool gvm_shim_serving(void);
+
+/* True when pointer lookups are worth doing (the core is active). */
+static inline bool gvm_shim_active(void) { return gvm_core_active(); }
+
+/* GVM_DISABLE: hand out nothing, serve nothing. */
+bool gvm_cfg_disabled(void);
+
+/* The hook that replaces a real entry point, or NULL. */
+void *gvm_shim_hook_for(void *real, const char *name_hint);
+
+/* The real dlsym, reached through dlvsym (the public one is ours). */
+void *gvm_real_dlsym(void *handle, const char *name);
+
+/* Is this thread inside gvmshim's own driver loading (dlopen of libcuda)? */
+bool gvm_shim_loading(void);
+
+/* Counts a call the program made to an intercepted entry point. */
+static inline void gvm_hook_count(enum gvm_driver_fn fn)
+{
+    __atomic_fetch_add(&gvm_stats.calls[fn], 1, __ATOMIC_RELAXED);
+}
+
+/* Announces use of memory at p for the duration of a call; NULL if p is not
+ * gvmshim's. Host-side arguments also get CPU access when host-resident. */
+static inline struct gvm_region *gvm_shim_use(uintptr_t p)
+{
+    return gvm_shim_active() ? gvm_use_begin(p) : (struct gvm_region *)0;
+}
+struct gvm_region *gvm_shim_use_host(const void *p);
+
+/* Hooks exported under libcuda's names, in the order of GVM_DRIVER_ALL. */
+extern void *const gvm_hook_table[GVM_FN_COUNT];
+
+/* The current thread's tag (policy), 0 if none. */
+int gvm_shim_tag(void);
+
+#endif

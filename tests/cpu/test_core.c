@@ -1,0 +1,462 @@
+/* The core against the simulated driver: allocation, lookup, the caches,
+ * migration, aliases, resizing, and every failure path of each. */
+#include "simcore.h"
+
+#include "core/move.h"
+#include "core/slab.h"
+
+#include <pthread.h>
+
+static void start2(void) { sim_start(2, 512 * MiB, NULL); }
+
+static void large_alloc_lookup_free(void)
+{
+    start2();
+    struct leaks base = leaks_now();
+    size_t n = 10 * MiB + 123;
+    uintptr_t p = sim_alloc(n);
+    fill(p, n & ~(size_t)3, 7);
+    struct gvm_ref ref;
+    CHECK(gvm_heap_find(p + n - 1, &ref));
+    CHECK_EQ(ref.base, p);
+    CHECK_EQ(ref.size, n);
+    CHECK(!gvm_heap_find(p + n, &ref));        /* past the end is not the allocation */
+    CHECK_EQ(p % (2 * MiB), 0);
+    CHECK_EQ(simcuda_location_of(p), 0);
+    CHECK(simcuda_access_mask(p) & 1);
+    CHECK(simcuda_access_mask(p) & 2);         /* the peer was granted access too */
+    CHECK_EQ(gvm_heap_free(p + 16), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
+    CHECK(!gvm_heap_find(p, &ref));
+    CHECK_EQ(gvm_heap_free(p), CUDA_ERROR_NOT_FOUND);
+    CHECK_NO_LEAK(base);
+}
+
+static void small_allocations_share_a_chunk(void)
+{
+    start2();
+    struct leaks base = leaks_now();
+    uintptr_t p[100];
+    for (int i = 0; i < 100; i++) {
+        p[i] = sim_alloc(1000);
+        CHECK_EQ(p[i] % 256, 0);
+        memset((void *)p[i], i, 1000);
+    }
+    gvm_info a, b;
+    CHECK_EQ(gvm_query((void *)p[0], &a), GVM_OK);
+    CHECK_EQ(gvm_query((void *)(p[99] + 999), &b), GVM_OK);
+    CHECK(a.packed && b.packed);
+    CHECK(a.chunk_base == b.chunk_base);
+    CHECK_EQ((uintptr_t)b.base, p[99]);
+    CHECK_EQ(b.size, 1000);
+    for (int i = 0; i < 100; i++) CHECK_EQ(((unsigned char *)p[i])[999], i);
+    CHECK_EQ(gvm_heap_free(p[5] + 8), CUDA_ERROR_INVALID_VALUE);
+    for (int i = 0; i < 100; i++) CHECK_EQ(gvm_heap_free(p[i]), CUDA_SUCCESS);
+    CHECK(gvm_heap_idle_bytes(0) >= 2 * MiB);  /* the empty chunk waits for reuse */
+    CHECK_NO_LEAK(base);
+}
+
+static void freed_regions_are_reused_without_driver_calls(void)
+{
+    start2();
+    uintptr_t p = sim_alloc(64 * MiB);
+    CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
+    CHECK(gvm_heap_idle_bytes(0) >= 64 * MiB);
+    simcuda_reset_counts();
+    uintptr_t q = sim_alloc(64 * MiB - 5);
+    CHECK_EQ(q, p);
+    CHECK_EQ(simcuda_calls_of("cuMemCreate"), 0);
+    CHECK_EQ(simcuda_calls_of("cuMemMap"), 0);
+    CHECK_EQ(gvm_heap_free(q), CUDA_SUCCESS);
+}
+
+static void out_of_memory_is_the_native_error(void)
+{
+    start2();
+    struct leaks base = leaks_now();
+    struct gvm_place pl = {.loc = 0};
+    uintptr_t p = 0;
+    CHECK_EQ(gvm_heap_alloc(600 * MiB, 0, current_ctx(), &pl, 0, &p), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(gvm_heap_alloc(0, 0, current_ctx(), &pl, 0, &p), CUDA_ERROR_INVALID_VALUE);
+    CHECK_NO_LEAK(base);
+}
+
+/* Every driver call an allocation makes fails once, in turn: the error is
+ * the driver's, nothing leaks, and the next attempt works. */
+static void alloc_failure_at_every_call(void)
+{
+    start2();
+    size_t sizes[] = {3000, 100 * MiB};
+    for (int s = 0; s < 2; s++) {
+        for (unsigned long k = 1;; k++) {
+            struct leaks base = leaks_now();
+            struct gvm_place pl = {.loc = 0};
+            uintptr_t p = 0;
+            CUcontext ctx = current_ctx();
+            simcuda_fail_nth(k, CUDA_ERROR_UNKNOWN);
+            CUresult rc = gvm_heap_alloc(sizes[s], 0, ctx, &pl, 0, &p);
+            simcuda_fail_nth(0, CUDA_SUCCESS);
+            if (rc == CUDA_SUCCESS) {
+                CHECK(k > 1);
+                CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
+                break;
+            }
+            CHECK_EQ(rc, CUDA_ERROR_UNKNOWN);
+            CHECK_NO_LEAK(base);
+        }
+    }
+}
+
+static void migrate_round_trip_keeps_data(void)
+{
+    start2();
+    size_t n = 200 * MiB + 4096;
+    uintptr_t p = sim_alloc(n);
+    fill(p, n, 42);
+    gvm_info info;
+    int path[] = {1, GVM_HOST, 0, GVM_HOST, 1, 0};
+    uint64_t id = 0;
+    for (int i = 0; i < 6; i++) {
+        CHECK_EQ(gvm_migrate((void *)(p + 12345), path[i]), GVM_OK);
+        CHECK_EQ(gvm_query((void *)p, &info), GVM_OK);
+        CHECK_EQ(info.location, path[i]);
+        CHECK_EQ(info.device, 0);               /* still "allocated on device 0" */
+        CHECK(info.buffer_id != id);            /* registration caches must notice */
+        id = info.buffer_id;
+        CHECK_EQ(simcuda_location_of(p + n - 1), path[i]);
+        CHECK(intact(p, n, 42));
+    }
+    CHECK_EQ(gvm_migrate((void *)p, 0), GVM_OK);   /* already there: no-op */
+    CHECK_EQ(gvm_migrate((void *)p, 7), GVM_ERR_INVALID);
+    CHECK_EQ(gvm_migrate((void *)(p + 300 * MiB), 1), GVM_ERR_UNKNOWN_POINTER);
+    CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
+}
+
+static void migrating_a_small_allocation_moves_its_chunk(void)
+{
+    start2();
+    uintptr_t a = sim_alloc(4096), b = sim_alloc(4096);
+    fill(a, 4096, 1);
+    fill(b, 4096, 2);
+    CHECK_EQ(gvm_migrate((void *)a, GVM_HOST), GVM_OK);
+    gvm_info ib;
+    CHECK_EQ(gvm_query((void *)b, &ib), GVM_OK);
+    CHECK_EQ(ib.location, GVM_HOST);
+    CHECK(ib.packed);
+    CHECK(intact(a, 4096, 1) && intact(b, 4096, 2));
+    /* New small allocations do not land in the chunk that left the device. */
+    uintptr_t c = sim_alloc(4096);
+    CHECK_EQ(simcuda_location_of(c), 0);
+}
+
+static void migrate_without_peer_access_is_refused(void)
+{
+    start2();
+    simcuda_set_peer(0);
+    gvm_topo_init();   /* read again, with the peers gone */
+    uintptr_t p = sim_alloc(8 * MiB);
+    CHECK_EQ(simcuda_access_mask(p), 1);
+    CHECK_EQ(gvm_migrate((void *)p, 1), GVM_ERR_UNSUPPORTED);
+    CHECK_EQ(gvm_migrate((void *)p, GVM_HOST), GVM_OK);
+}
+
+static void migrate_failure_at_every_call(void)
+{
+    start2();
+    size_t n = 300 * MiB;   /* five pieces: the pipeline runs */
+    uintptr_t p = sim_alloc(n);
+    fill(p, n, 9);
+    int targets[] = {1, GVM_HOST};
+    for (int t = 0; t < 2; t++) {
+        for (unsigned long k = 1;; k++) {
+            struct leaks base = leaks_now();
+            simcuda_fail_nth(k, CUDA_ERROR_ILLEGAL_STATE);
+            gvm_status st = gvm_migrate((void *)p, targets[t]);
+            simcuda_fail_nth(0, CUDA_SUCCESS);
+            gvm_info info;
+            CHECK_EQ(gvm_query((void *)p, &info), GVM_OK);
+            CHECK(intact(p, n, 9));
+            if (st == GVM_OK) {
+                CHECK_EQ(info.location, targets[t]);
+                break;
+            }
+            CHECK_EQ(st, GVM_ERR_DRIVER);
+            CHECK_EQ(info.location, 0);
+            CHECK_EQ(info.last_driver_error, CUDA_ERROR_ILLEGAL_STATE);
+            CHECK_EQ(simcuda_location_of(p), 0);
+            CHECK_NO_LEAK(base);
+        }
+        CHECK_EQ(gvm_migrate((void *)p, 0), GVM_OK);
+    }
+}
+
+static void migrate_to_a_full_device_fails_cleanly(void)
+{
+    start2();
+    simcuda_set_capacity(1, 64 * MiB);
+    uintptr_t p = sim_alloc(100 * MiB);
+    fill(p, 100 * MiB, 3);
+    struct leaks base = leaks_now();
+    CHECK_EQ(gvm_migrate((void *)p, 1), GVM_ERR_NO_MEMORY);
+    CHECK(intact(p, 100 * MiB, 3));
+    CHECK_NO_LEAK(base);
+}
+
+static void alias_shows_the_same_memory(void)
+{
+    start2();
+    struct leaks base = leaks_now();
+    size_t n = 70 * MiB;
+    uintptr_t p = sim_alloc(n);
+    void *al = NULL;
+    CHECK_EQ(gvm_alias((void *)(p + 100), &al), GVM_OK);
+    uintptr_t a = (uintptr_t)al - 100;
+    CHECK(a != p);
+    fill(p, n, 5);
+    CHECK(intact(a, n, 5));
+    fill(a, n, 6);
+    CHECK(intact(p, n, 6));
+    gvm_info info;
+    CHECK_EQ(gvm_query((void *)p, &info), GVM_OK);
+    CHECK_EQ(info.aliases, 1);
+    /* A move remaps both addresses. */
+    CHECK_EQ(gvm_migrate((void *)p, 1), GVM_OK);
+    CHECK_EQ(simcuda_location_of(a), 1);
+    CHECK(intact(a, n, 6));
+    /* The memory lives on after the program frees the allocation. */
+    CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
+    CHECK(intact(a, n, 6));
+    CHECK_EQ(gvm_unalias((void *)(a + 5)), GVM_OK);
+    CHECK_EQ(gvm_unalias((void *)a), GVM_ERR_UNKNOWN_POINTER);
+    CHECK_NO_LEAK(base);
+}
+
+static void alias_of_a_small_allocation(void)
+{
+    start2();
+    uintptr_t p = sim_alloc(512);
+    void *al;
+    CHECK_EQ(gvm_alias((void *)p, &al), GVM_OK);
+    memset((void *)p, 0xab, 512);
+    CHECK_EQ(((unsigned char *)al)[511], 0xab);
+    CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
+    /* The slot stays taken while the alias shows it. */
+    uintptr_t q = sim_alloc(512);
+    CHECK(q != p);
+    CHECK_EQ(((unsigned char *)al)[0], 0xab);
+    CHECK_EQ(gvm_unalias(al), GVM_OK);
+}
+
+static void alias_failure_at_every_call(void)
+{
+    start2();
+    uintptr_t p = sim_alloc(130 * MiB);
+    for (unsigned long k = 1;; k++) {
+        struct leaks base = leaks_now();
+        void *al = NULL;
+        simcuda_fail_nth(k, CUDA_ERROR_UNKNOWN);
+        gvm_status st = gvm_alias((void *)p, &al);
+        simcuda_fail_nth(0, CUDA_SUCCESS);
+        if (st == GVM_OK) {
+            CHECK_EQ(gvm_unalias(al), GVM_OK);
+            break;
+        }
+        CHECK_EQ(st, GVM_ERR_DRIVER);
+        CHECK_NO_LEAK(base);
+    }
+}
+
+static void realloc_grows_and_shrinks_in_place(void)
+{
+    start2();
+    size_t n = 40 * MiB;
+    uintptr_t p = sim_alloc(n);
+    fill(p, n, 11);
+    CHECK_EQ(gvm_realloc((void *)p, 80 * MiB), GVM_OK);
+    CHECK(intact(p, n, 11));
+    memset((void *)(p + 80 * MiB - 1), 1, 1);   /* the new tail is mapped */
+    struct gvm_ref ref;
+    CHECK(gvm_heap_find(p + 79 * MiB, &ref));
+    CHECK_EQ(ref.size, 80 * MiB);
+    CHECK_EQ(gvm_realloc((void *)p, 1000 * MiB), GVM_ERR_NO_HEADROOM);
+    CHECK_EQ(gvm_realloc((void *)p, 3 * MiB), GVM_OK);
+    CHECK(intact(p, 3 * MiB, 11));
+    gvm_info info;
+    CHECK_EQ(gvm_query((void *)p, &info), GVM_OK);
+    CHECK(info.chunk_size < 80 * MiB);
+    CHECK_EQ(info.size, 3 * MiB);
+    CHECK_EQ(simcuda_location_of(p + 70 * MiB), SIMCUDA_LOC_UNMAPPED);
+    CHECK_EQ(gvm_realloc((void *)p, 0), GVM_ERR_INVALID);
+    /* A small allocation may grow within its slot only. */
+    uintptr_t s = sim_alloc(300);
+    CHECK_EQ(gvm_realloc((void *)s, 500), GVM_OK);
+    CHECK_EQ(gvm_realloc((void *)s, 5000), GVM_ERR_NO_HEADROOM);
+}
+
+static void realloc_grows_where_the_memory_lives(void)
+{
+    start2();
+    uintptr_t p = sim_alloc(8 * MiB);
+    CHECK_EQ(gvm_migrate((void *)p, GVM_HOST), GVM_OK);
+    CHECK_EQ(gvm_realloc((void *)p, 12 * MiB), GVM_OK);
+    CHECK_EQ(simcuda_location_of(p + 11 * MiB), SIMCUDA_LOC_HOST);
+}
+
+static void realloc_failure_at_every_call(void)
+{
+    start2();
+    uintptr_t p = sim_alloc(8 * MiB);
+    fill(p, 8 * MiB, 4);
+    for (unsigned long k = 1;; k++) {
+        struct leaks base = leaks_now();
+        simcuda_fail_nth(k, CUDA_ERROR_UNKNOWN);
+        gvm_status st = gvm_realloc((void *)p, 16 * MiB);
+        simcuda_fail_nth(0, CUDA_SUCCESS);
+        CHECK(intact(p, 8 * MiB, 4));
+        if (st == GVM_OK) break;
+        CHECK_EQ(st, GVM_ERR_DRIVER);
+        struct gvm_ref ref;
+        CHECK(gvm_heap_find(p, &ref));
+        CHECK_EQ(ref.size, 8 * MiB);
+        CHECK_NO_LEAK(base);
+    }
+}
+
+/* Copies announced on the region while other threads move it: none is
+ * lost, every read sees the last write. */
+struct worker {
+    uintptr_t base;
+    int id;
+    int errors;
+};
+
+static void *copier(void *arg)
+{
+    struct worker *w = arg;
+    uint32_t buf[1024];
+    CUcontext ctx;
+    gvm_topo_ctx(0, &ctx);
+    gvm_drv.cuCtxSetCurrent(ctx);
+    uintptr_t slice = w->base + (size_t)w->id * sizeof buf;
+    for (uint32_t round = 0; round < 300; round++) {
+        for (int i = 0; i < 1024; i++) buf[i] = round * 7919u + (uint32_t)i + (uint32_t)w->id;
+        struct gvm_region *r = gvm_use_begin(slice);
+        CHECK(r != NULL);
+        CHECK_EQ(gvm_drv.cuMemcpyHtoD_v2((CUdeviceptr)slice, buf, sizeof buf), CUDA_SUCCESS);
+        gvm_use_end(r);
+        memset(buf, 0, sizeof buf);
+        r = gvm_use_begin(slice);
+        CHECK_EQ(gvm_drv.cuMemcpyDtoH_v2(buf, (CUdeviceptr)slice, sizeof buf), CUDA_SUCCESS);
+        gvm_use_end(r);
+        for (int i = 0; i < 1024; i++)
+            if (buf[i] != round * 7919u + (uint32_t)i + (uint32_t)w->id) w->errors++;
+    }
+    return NULL;
+}
+
+static void *mover(void *arg)
+{
+    uintptr_t p = *(uintptr_t *)arg;
+    int where[] = {1, GVM_HOST, 0};
+    CUcontext ctx;
+    gvm_topo_ctx(0, &ctx);
+    gvm_drv.cuCtxSetCurrent(ctx);
+    for (int i = 0; i < 30; i++) CHECK_EQ(gvm_migrate((void *)p, where[i % 3]), GVM_OK);
+    return NULL;
+}
+
+static void concurrent_copies_and_moves(void)
+{
+    start2();
+    uintptr_t p = sim_alloc(130 * MiB);
+    pthread_t t[5];
+    struct worker w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = (struct worker){.base = p, .id = i};
+        pthread_create(&t[i], NULL, copier, &w[i]);
+    }
+    pthread_create(&t[4], NULL, mover, &p);
+    for (int i = 0; i < 5; i++) pthread_join(t[i], NULL);
+    for (int i = 0; i < 4; i++) CHECK_EQ(w[i].errors, 0);
+}
+
+static void cache_respects_its_limit(void)
+{
+    sim_start(1, 512 * MiB, NULL);
+    gvm_settings.cache_limit[0] = 40 * MiB;
+    uintptr_t a = sim_alloc(32 * MiB), b = sim_alloc(16 * MiB);
+    CHECK_EQ(gvm_heap_free(a), CUDA_SUCCESS);
+    CHECK_EQ(gvm_heap_free(b), CUDA_SUCCESS);   /* evicts a: 48M > 40M */
+    uintptr_t c = sim_alloc(16 * MiB);
+    CHECK_EQ(c, b);
+    simcuda_reset_counts();
+    uintptr_t d = sim_alloc(32 * MiB);   /* a was not kept: new mappings */
+    CHECK(simcuda_calls_of("cuMemMap") > 0);
+    gvm_heap_free(c);
+    gvm_heap_free(d);
+}
+
+static void striped_allocation_spans_devices(void)
+{
+    start2();
+    struct gvm_place pl = {.loc = 0, .interleave = 3};
+    uintptr_t p = 0;
+    CHECK_EQ(gvm_heap_alloc(16 * MiB, 0, current_ctx(), &pl, 0, &p), CUDA_SUCCESS);
+    CHECK_EQ(simcuda_location_of(p), 0);
+    CHECK_EQ(simcuda_location_of(p + 2 * MiB), 1);
+    CHECK_EQ(simcuda_location_of(p + 4 * MiB), 0);
+    fill(p, 16 * MiB, 8);
+    gvm_info info;
+    CHECK_EQ(gvm_query((void *)p, &info), GVM_OK);
+    CHECK_EQ(info.location, GVM_MIXED);
+    CHECK_EQ(gvm_migrate((void *)p, GVM_HOST), GVM_OK);
+    CHECK(intact(p, 16 * MiB, 8));
+    CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
+}
+
+static void lazy_host_access(void)
+{
+    sim_start(1, 512 * MiB, NULL);
+    gvm_settings.host_access = GVM_HOST_ACCESS_LAZY;
+    uintptr_t p = sim_alloc(4 * MiB);
+    CHECK_EQ(gvm_migrate((void *)p, GVM_HOST), GVM_OK);
+    CHECK(!(simcuda_access_mask(p) & SIMCUDA_CPU_BIT));
+    CHECK(gvm_hostaccess_grant(p + 10));
+    CHECK(simcuda_access_mask(p) & SIMCUDA_CPU_BIT);
+}
+
+static void inactive_core_refuses_api(void)
+{
+    start2();
+    uintptr_t p = sim_alloc(4096);
+    gvm_core_set_active(false);
+    CHECK_EQ(gvm_migrate((void *)p, 1), GVM_ERR_INACTIVE);
+    CHECK(strlen(gvm_strerror(GVM_ERR_NO_HEADROOM)) > 0);
+    CHECK(strcmp(gvm_strerror(-99), gvm_strerror(GVM_ERR_DRIVER)) != 0);
+}
+
+static const struct test_case cases[] = {
+    TEST_ENTRY(large_alloc_lookup_free)
+    TEST_ENTRY(small_allocations_share_a_chunk)
+    TEST_ENTRY(freed_regions_are_reused_without_driver_calls)
+    TEST_ENTRY(out_of_memory_is_the_native_error)
+    TEST_ENTRY(alloc_failure_at_every_call)
+    TEST_ENTRY(migrate_round_trip_keeps_data)
+    TEST_ENTRY(migrating_a_small_allocation_moves_its_chunk)
+    TEST_ENTRY(migrate_without_peer_access_is_refused)
+    TEST_ENTRY(migrate_failure_at_every_call)
+    TEST_ENTRY(migrate_to_a_full_device_fails_cleanly)
+    TEST_ENTRY(alias_shows_the_same_memory)
+    TEST_ENTRY(alias_of_a_small_allocation)
+    TEST_ENTRY(alias_failure_at_every_call)
+    TEST_ENTRY(realloc_grows_and_shrinks_in_place)
+    TEST_ENTRY(realloc_grows_where_the_memory_lives)
+    TEST_ENTRY(realloc_failure_at_every_call)
+    TEST_ENTRY(concurrent_copies_and_moves)
+    TEST_ENTRY(cache_respects_its_limit)
+    TEST_ENTRY(striped_allocation_spans_devices)
+    TEST_ENTRY(lazy_host_access)
+    TEST_ENTRY(inactive_core_refuses_api)
+};
+
+int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }

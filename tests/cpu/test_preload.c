@@ -1,0 +1,453 @@
+/* The whole interception path, as an unmodified program sees it: this
+ * program is run with LD_PRELOAD=libgvmshim.so and the simulated driver
+ * first on LD_LIBRARY_PATH. Like cudart, it dlopen()s libcuda.so.1, takes
+ * cuGetProcAddress_v2 with dlsym, asks it for cuGetProcAddress itself and
+ * resolves everything else through that. It links neither gvmshim nor the
+ * simulated driver. */
+#define _GNU_SOURCE
+#include "core/cuda_api.h"
+#include "gvmshim.h"
+#include "harness.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#define MiB ((size_t)1 << 20)
+
+typedef CUresult (*gpa2_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+typedef CUresult (*gpa1_fn)(const char *, void **, int, cuuint64_t);
+
+static void *lib;
+static gpa2_fn gpa;
+
+static const char *object_of(void *p)
+{
+    Dl_info info;
+    if (!p || !dladdr(p, &info) || !info.dli_fname) return "?";
+    return strstr(info.dli_fname, "libgvmshim") ? "shim" : strstr(info.dli_fname, "libcuda") ? "sim" : "other";
+}
+
+static const char *symbol_of(void *p)
+{
+    Dl_info info;
+    if (!p || !dladdr(p, &info) || !info.dli_sname) return "?";
+    return info.dli_sname;
+}
+
+static void *resolve(const char *name, int version, cuuint64_t flags)
+{
+    void *fn = NULL;
+    CUdriverProcAddressQueryResult st;
+    CHECK_EQ(gpa(name, &fn, version, flags, &st), CUDA_SUCCESS);
+    CHECK_EQ(st, CU_GET_PROC_ADDRESS_SUCCESS);
+    return fn;
+}
+
+/* The cudart way in. */
+static void open_driver(void)
+{
+    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    CHECK(lib != NULL);
+    gpa2_fn first = (gpa2_fn)dlsym(lib, "cuGetProcAddress_v2");
+    CHECK(!strcmp(object_of((void *)first), "shim"));
+    gpa = first;
+    gpa = (gpa2_fn)resolve("cuGetProcAddress", 12000, 0);
+    CHECK(!strcmp(object_of((void *)gpa), "shim"));
+}
+
+static void *sim_fn(const char *name)
+{
+    void *f = dlsym(lib, name);
+    CHECK(f != NULL);
+    return f;
+}
+
+#define D(name, ...) ((__typeof__(name) *)resolve(#name, 12000, 0))(__VA_ARGS__)
+#define RES(fn, name, ver, fl) __typeof__(fn) *fn##_p = (__typeof__(fn) *)resolve(name, ver, fl)
+
+static CUcontext ctx0;
+
+static void start(void)
+{
+    open_driver();
+    RES(cuInit, "cuInit", 2000, 0);
+    CHECK_EQ(cuInit_p(0), CUDA_SUCCESS);
+    RES(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0);
+    RES(cuCtxSetCurrent, "cuCtxSetCurrent", 4000, 0);
+    CHECK_EQ(cuDevicePrimaryCtxRetain_p(&ctx0, 0), CUDA_SUCCESS);
+    CHECK_EQ(cuCtxSetCurrent_p(ctx0), CUDA_SUCCESS);
+}
+
+static void resolver_hands_out_the_abi_asked_for(void)
+{
+    open_driver();
+    void *legacy = resolve("cuGetProcAddress", 11030, 0);
+    CHECK(!strcmp(object_of(legacy), "shim"));
+    CHECK(!strcmp(symbol_of(legacy), "cuGetProcAddress"));
+    CHECK(!strcmp(symbol_of(resolve("cuMemAlloc", 3020, 0)), "cuMemAlloc_v2"));
+    CHECK(!strcmp(object_of(resolve("cuMemAlloc", 3020, 0)), "shim"));
+    /* The 32-bit legacy ABI is left alone. */
+    CHECK(!strcmp(object_of(resolve("cuMemAlloc", 2000, 0)), "sim"));
+    CHECK(!strcmp(symbol_of(resolve("cuMemcpy", 4000, 0)), "cuMemcpy"));
+    CHECK(!strcmp(symbol_of(resolve("cuMemcpy", 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)),
+                  "cuMemcpy_ptds"));
+    CHECK(!strcmp(object_of(resolve("cuMemcpyAsync", 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)),
+                  "shim"));
+    CHECK(!strcmp(symbol_of(resolve("cuMemAllocAsync", 11020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)),
+                  "cuMemAllocAsync_ptsz"));
+    CHECK(!strcmp(symbol_of(resolve("cuMemcpyHtoD", 7000, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM)),
+                  "cuMemcpyHtoD_v2_ptds"));
+    /* Not interposed: the driver's own function. */
+    CHECK(!strcmp(object_of(resolve("cuInit", 2000, 0)), "sim"));
+    CHECK(!strcmp(object_of(resolve("cuLaunchKernel", 4000, 0)), "sim"));
+    void *none = (void *)1;
+    CUdriverProcAddressQueryResult st;
+    gpa("cuNoSuchEntryPoint", &none, 12000, 0, &st);
+    CHECK(none == NULL);
+    CHECK_EQ(st, CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    /* dlsym on libcuda for a hooked name, and the old 4-argument resolver. */
+    CHECK(!strcmp(object_of(dlsym(lib, "cuMemFree_v2")), "shim"));
+    CHECK(!strcmp(object_of(dlsym(lib, "cuDeviceGet")), "sim"));
+    gpa1_fn old = (gpa1_fn)dlsym(lib, "cuGetProcAddress");
+    CHECK(!strcmp(object_of((void *)old), "shim"));
+    void *f = NULL;
+    CHECK_EQ(old("cuMemFree", &f, 3020, 0), CUDA_SUCCESS);
+    CHECK(!strcmp(object_of(f), "shim"));
+    /* Names of other libraries that start with "cu" are never touched. */
+    void *libc = dlopen("libc.so.6", RTLD_NOW | RTLD_NOLOAD);
+    CHECK(dlsym(RTLD_DEFAULT, "cuserid") == dlsym(libc, "cuserid"));
+}
+
+static void alloc_copy_query_free(void)
+{
+    start();
+    CUdeviceptr small = 0, big = 0;
+    CHECK_EQ(D(cuMemAlloc_v2, &small, 1000), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAlloc_v2, &big, 10 * MiB), CUDA_SUCCESS);
+    gvm_status (*query)(const void *, gvm_info *) = dlsym(RTLD_DEFAULT, "gvm_query");
+    CHECK(query != NULL);
+    gvm_info info;
+    CHECK_EQ(query((void *)big, &info), GVM_OK);
+    CHECK_EQ(info.size, 10 * MiB);
+    CHECK_EQ(query((void *)small, &info), GVM_OK);
+    CHECK(info.packed);
+    /* Copies and sets through every form. */
+    static unsigned char in[MiB], out[MiB];
+    for (size_t i = 0; i < sizeof in; i++) in[i] = (unsigned char)(i * 31);
+    CHECK_EQ(D(cuMemcpyHtoD_v2, big, in, sizeof in), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemcpyDtoD_v2, big + 4 * MiB, big, sizeof in), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemcpyDtoH_v2, out, big + 4 * MiB, sizeof out), CUDA_SUCCESS);
+    CHECK(!memcmp(in, out, sizeof in));
+    CHECK_EQ(D(cuMemsetD32_v2, small, 0x01020304u, 250), CUDA_SUCCESS);
+    unsigned w = 0;
+    CHECK_EQ(D(cuMemcpy, (CUdeviceptr)&w, small + 996, 4), CUDA_SUCCESS);
+    CHECK_EQ(w, 0x01020304u);
+    /* Pointer queries answer with the program's allocation. */
+    CUdeviceptr base = 0;
+    size_t size = 0;
+    CHECK_EQ(D(cuMemGetAddressRange_v2, &base, &size, big + 5 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(base, big);
+    CHECK_EQ(size, 10 * MiB);
+    CHECK_EQ(D(cuMemGetAddressRange_v2, &base, &size, small + 10), CUDA_SUCCESS);
+    CHECK_EQ(base, small);
+    CHECK_EQ(size, 1000);
+    unsigned type = 0;
+    int ordinal = -1;
+    unsigned long long id1 = 0, id2 = 0;
+    CHECK_EQ(D(cuPointerGetAttribute, &type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, big), CUDA_SUCCESS);
+    CHECK_EQ(type, CU_MEMORYTYPE_DEVICE);
+    CHECK_EQ(D(cuPointerGetAttribute, &id1, CU_POINTER_ATTRIBUTE_BUFFER_ID, big), CUDA_SUCCESS);
+    /* After a move to host the program still sees device memory of device 0. */
+    gvm_status (*migrate)(const void *, int) = dlsym(RTLD_DEFAULT, "gvm_migrate");
+    CHECK_EQ(migrate((void *)big, GVM_HOST), GVM_OK);
+    CHECK_EQ(D(cuPointerGetAttribute, &type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, big), CUDA_SUCCESS);
+    CHECK_EQ(type, CU_MEMORYTYPE_DEVICE);
+    CHECK_EQ(D(cuPointerGetAttribute, &ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, big), CUDA_SUCCESS);
+    CHECK_EQ(ordinal, 0);
+    CHECK_EQ(D(cuPointerGetAttribute, &id2, CU_POINTER_ATTRIBUTE_BUFFER_ID, big), CUDA_SUCCESS);
+    CHECK(id1 != id2);
+    CUpointer_attribute attrs[3] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                                    CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL};
+    size_t range = 0;
+    ordinal = -1;
+    void *data[3] = {&type, &range, &ordinal};
+    CHECK_EQ(D(cuPointerGetAttributes, 3, attrs, data, big + 1), CUDA_SUCCESS);
+    CHECK_EQ(type, CU_MEMORYTYPE_DEVICE);
+    CHECK_EQ(range, 10 * MiB);
+    CHECK_EQ(ordinal, 0);
+    CHECK_EQ(D(cuMemcpyDtoH_v2, out, big + 4 * MiB, sizeof out), CUDA_SUCCESS);
+    CHECK(!memcmp(in, out, sizeof in));
+    /* Frees: interior is refused as natively, 0 is a no-op, twice fails. */
+    CHECK_EQ(D(cuMemFree_v2, big + 8), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(D(cuMemFree_v2, 0), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFree_v2, big), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFree_v2, small), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFree_v2, big), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(query((void *)big, &info), GVM_ERR_UNKNOWN_POINTER);
+    CUdeviceptr z;
+    CHECK_EQ(D(cuMemAlloc_v2, &z, 0), CUDA_ERROR_INVALID_VALUE);
+}
+
+static void per_thread_stream_variants_work(void)
+{
+    start();
+    CUdeviceptr p = 0;
+    CHECK_EQ(D(cuMemAlloc_v2, &p, 3 * MiB), CUDA_SUCCESS);
+    cuuint64_t pt = CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM;
+    RES(cuMemsetD8Async, "cuMemsetD8Async", 7000, pt);
+    RES(cuMemcpyDtoHAsync_v2, "cuMemcpyDtoHAsync", 7000, pt);
+    RES(cuMemcpyAsync, "cuMemcpyAsync", 7000, pt);
+    CHECK(!strcmp(symbol_of((void *)cuMemsetD8Async_p), "cuMemsetD8Async_ptsz"));
+    CHECK_EQ(cuMemsetD8Async_p(p, 0x5a, 3 * MiB, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+    unsigned char b[16];
+    CHECK_EQ(cuMemcpyAsync_p(p + MiB, p + 2 * MiB, 16, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+    CHECK_EQ(cuMemcpyDtoHAsync_v2_p(b, p + MiB, 16, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+    CHECK_EQ(b[15], 0x5a);
+    CUDA_MEMCPY2D m = {0};
+    unsigned char host[64 * 4];
+    m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    m.srcDevice = p;
+    m.srcPitch = 512;
+    m.dstMemoryType = CU_MEMORYTYPE_HOST;
+    m.dstHost = host;
+    m.dstPitch = 64;
+    m.WidthInBytes = 64;
+    m.Height = 4;
+    CHECK_EQ(((__typeof__(cuMemcpy2D_v2) *)resolve("cuMemcpy2D", 7000, pt))(&m), CUDA_SUCCESS);
+    CHECK_EQ(host[255], 0x5a);
+}
+
+static void foreign_pointers_pass_through(void)
+{
+    start();
+    CUdeviceptr p = 0;
+    CHECK_EQ(D(cuMemAllocAsync, &p, 4 * MiB, NULL), CUDA_SUCCESS);
+    gvm_status (*query)(const void *, gvm_info *) = dlsym(RTLD_DEFAULT, "gvm_query");
+    gvm_info info;
+    CHECK_EQ(query((void *)p, &info), GVM_ERR_UNKNOWN_POINTER);
+    CHECK_EQ(D(cuMemsetD8_v2, p, 1, 4 * MiB), CUDA_SUCCESS);
+    CUdeviceptr base;
+    size_t size;
+    CHECK_EQ(D(cuMemGetAddressRange_v2, &base, &size, p + 10), CUDA_SUCCESS);
+    CHECK_EQ(base, p);
+    CHECK_EQ(size, 4 * MiB);
+    CHECK_EQ(D(cuMemFree_v2, p), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFree_v2, 0xdead0000), CUDA_ERROR_INVALID_VALUE);
+}
+
+static void failed_driver_call_returns_its_error_and_leaks_nothing(void)
+{
+    start();
+    void (*fail)(const char *, unsigned long, CUresult) = sim_fn("simcuda_fail_call");
+    long (*handles)(void) = sim_fn("simcuda_live_handles");
+    long (*reservations)(void) = sim_fn("simcuda_live_reservations");
+    CUdeviceptr warm;
+    CHECK_EQ(D(cuMemAlloc_v2, &warm, 4096), CUDA_SUCCESS);   /* starts the core */
+    long h = handles(), r = reservations();
+    const char *calls[] = {"cuMemAddressReserve", "cuMemCreate", "cuMemMap", "cuMemSetAccess"};
+    for (int i = 0; i < 4; i++) {
+        CUdeviceptr p = 0;
+        /* Not OOM: an OOM is answered by trimming caches and retrying. */
+        fail(calls[i], 1, CUDA_ERROR_INVALID_VALUE);
+        CHECK_EQ(D(cuMemAlloc_v2, &p, 100 * MiB), CUDA_ERROR_INVALID_VALUE);
+        CHECK_EQ(handles(), h);
+        CHECK_EQ(reservations(), r);
+    }
+    CUdeviceptr p;
+    CHECK_EQ(D(cuMemAlloc_v2, &p, 100 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFree_v2, p), CUDA_SUCCESS);
+    /* Really out of memory: the native error, after the caches were given back. */
+    CHECK_EQ(D(cuMemAlloc_v2, &p, 600 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(handles(), h);
+}
+
+static void no_context_is_the_native_error(void)
+{
+    open_driver();
+    RES(cuInit, "cuInit", 2000, 0);
+    CHECK_EQ(cuInit_p(0), CUDA_SUCCESS);
+    CUdeviceptr p;
+    CHECK_EQ(D(cuMemAlloc_v2, &p, 4096), CUDA_ERROR_INVALID_CONTEXT);
+}
+
+static void cached_memory_counts_as_free(void)
+{
+    start();
+    size_t f0, t0, f1, t1;
+    CUdeviceptr p;
+    CHECK_EQ(D(cuMemAlloc_v2, &p, 4096), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemGetInfo_v2, &f0, &t0), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAlloc_v2, &p, 64 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFree_v2, p), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemGetInfo_v2, &f1, &t1), CUDA_SUCCESS);
+    CHECK_EQ(t1, t0);
+    CHECK_EQ(f1, f0);
+}
+
+struct copier {
+    CUdeviceptr p;
+    int id, errors;
+};
+
+static void *copy_loop(void *arg)
+{
+    struct copier *c = arg;
+    RES(cuCtxSetCurrent, "cuCtxSetCurrent", 4000, 0);
+    cuCtxSetCurrent_p(ctx0);
+    uint32_t buf[2048];
+    CUdeviceptr slice = c->p + (size_t)c->id * sizeof buf;
+    for (uint32_t round = 0; round < 200; round++) {
+        for (int i = 0; i < 2048; i++) buf[i] = round ^ (uint32_t)(i * 977 + c->id);
+        CHECK_EQ(D(cuMemcpyHtoD_v2, slice, buf, sizeof buf), CUDA_SUCCESS);
+        memset(buf, 0, sizeof buf);
+        CHECK_EQ(D(cuMemcpyDtoH_v2, buf, slice, sizeof buf), CUDA_SUCCESS);
+        for (int i = 0; i < 2048; i++)
+            if (buf[i] != (round ^ (uint32_t)(i * 977 + c->id))) c->errors++;
+    }
+    return NULL;
+}
+
+static void copies_during_migrations_lose_nothing(void)
+{
+    start();
+    CUdeviceptr p;
+    CHECK_EQ(D(cuMemAlloc_v2, &p, 200 * MiB), CUDA_SUCCESS);
+    gvm_status (*migrate)(const void *, int) = dlsym(RTLD_DEFAULT, "gvm_migrate");
+    pthread_t t[4];
+    struct copier c[4];
+    for (int i = 0; i < 4; i++) {
+        c[i] = (struct copier){.p = p, .id = i};
+        pthread_create(&t[i], NULL, copy_loop, &c[i]);
+    }
+    int where[] = {1, GVM_HOST, 0};
+    for (int i = 0; i < 24; i++) CHECK_EQ(migrate((void *)p, where[i % 3]), GVM_OK);
+    for (int i = 0; i < 4; i++) {
+        pthread_join(t[i], NULL);
+        CHECK_EQ(c[i].errors, 0);
+    }
+}
+
+/* ---- whole-process behaviour: this program re-executed with an env ---- */
+
+static int run_self(const char *mode, const char *env1, const char *env2, char *out, size_t outlen)
+{
+    int fds[2];
+    CHECK(pipe(fds) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (out) dup2(fds[1], 2);
+        close(fds[0]);
+        if (env1) putenv((char *)env1);
+        if (env2) putenv((char *)env2);
+        execl("/proc/self/exe", "test-preload", "--mode", mode, (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    size_t n = 0;
+    ssize_t r;
+    while (out && n + 1 < outlen && (r = read(fds[0], out + n, outlen - n - 1)) > 0) n += (size_t)r;
+    if (out) out[n] = 0;
+    close(fds[0]);
+    int status;
+    waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int workload(void)
+{
+    start();
+    CUdeviceptr p[3];
+    CHECK_EQ(D(cuMemAlloc_v2, &p[0], 1000), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAlloc_v2, &p[1], 8 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAlloc_v2, &p[2], 30 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFree_v2, p[2]), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemsetD8_v2, p[1], 0, 8 * MiB), CUDA_SUCCESS);
+    return 0;
+}
+
+static int disabled_workload(void)
+{
+    lib = dlopen("libcuda.so.1", RTLD_NOW);
+    void *g = dlsym(lib, "cuGetProcAddress_v2");
+    CHECK(!strcmp(object_of(g), "sim"));
+    gpa = (gpa2_fn)g;
+    CHECK(!strcmp(object_of(resolve("cuMemAlloc", 3020, 0)), "sim"));
+    return 0;
+}
+
+static void stats_json_is_written_at_exit(void)
+{
+    char path[64], env[96];
+    snprintf(path, sizeof path, "/tmp/gvmshim-test-stats-%d.json", (int)getpid());
+    snprintf(env, sizeof env, "GVM_STATS=%s", path);
+    CHECK_EQ(run_self("workload", env, NULL, NULL, 0), 0);
+    FILE *f = fopen(path, "r");
+    CHECK(f != NULL);
+    char text[16384];
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    unlink(path);
+    CHECK(strstr(text, "\"allocations_total\": 3,"));
+    CHECK(strstr(text, "\"allocations_live\": 2,"));
+    CHECK(strstr(text, "\"bytes_live\": {\"0\": 8389608"));
+    CHECK(strstr(text, "\"peak_bytes\": {\"0\": 39846888"));
+    CHECK(strstr(text, "\"cuMemAlloc_v2\": 3"));
+    CHECK(strstr(text, "\"passthrough_calls\""));
+}
+
+static void stats_text_goes_to_stderr(void)
+{
+    char out[16384];
+    CHECK_EQ(run_self("workload", "GVM_STATS=1", NULL, out, sizeof out), 0);
+    CHECK(strstr(out, "gvmshim: stats: allocations_total    3"));
+}
+
+static void disable_makes_a_pure_pass_through(void)
+{
+    CHECK_EQ(run_self("disabled", "GVM_DISABLE=1", NULL, NULL, 0), 0);
+}
+
+static void bad_configuration_stops_the_program(void)
+{
+    char out[4096];
+    CHECK_EQ(run_self("workload", "GVM_SPILL=hots", NULL, out, sizeof out), 1);
+    CHECK(strstr(out, "gvmshim: GVM_SPILL='hots'"));
+    CHECK_EQ(run_self("workload", "GVM_SPIL=host", NULL, out, sizeof out), 1);
+    CHECK(strstr(out, "did you mean GVM_SPILL"));
+}
+
+static void debug_log_lines_are_prefixed(void)
+{
+    char out[65536];
+    CHECK_EQ(run_self("workload", "GVM_LOG=debug", NULL, out, sizeof out), 0);
+    CHECK(strstr(out, "gvmshim: debug: config: "));
+    for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) CHECK(!strncmp(line, "gvmshim: ", 9));
+}
+
+static const struct test_case cases[] = {
+    TEST_ENTRY(resolver_hands_out_the_abi_asked_for)
+    TEST_ENTRY(alloc_copy_query_free)
+    TEST_ENTRY(per_thread_stream_variants_work)
+    TEST_ENTRY(foreign_pointers_pass_through)
+    TEST_ENTRY(failed_driver_call_returns_its_error_and_leaks_nothing)
+    TEST_ENTRY(no_context_is_the_native_error)
+    TEST_ENTRY(cached_memory_counts_as_free)
+    TEST_ENTRY(copies_during_migrations_lose_nothing)
+    TEST_ENTRY(stats_json_is_written_at_exit)
+    TEST_ENTRY(stats_text_goes_to_stderr)
+    TEST_ENTRY(disable_makes_a_pure_pass_through)
+    TEST_ENTRY(bad_configuration_stops_the_program)
+    TEST_ENTRY(debug_log_lines_are_prefixed)
+};
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && !strcmp(argv[1], "--mode")) {
+        if (!strcmp(argv[2], "workload")) exit(workload());
+        if (!strcmp(argv[2], "disabled")) exit(disabled_workload());
+        return 2;
+    }
+    return run_cases(cases, sizeof cases / sizeof *cases, argc, argv);
+}

@@ -1,0 +1,342 @@
+/* Initialization, devices, primary contexts and the per-thread context
+ * stack. */
+#include "sim.h"
+
+#include <stdio.h>
+
+/* The calling thread's context stack. It is stamped with the generation
+ * it was built in, so simcuda_reset empties every thread's stack without
+ * touching other threads' TLS. */
+static __thread struct {
+    unsigned gen;
+    int depth;
+    struct CUctx_st *stack[SIM_CTX_DEPTH];
+} sim_tls;
+
+static void sim_tls_sync(void)
+{
+    unsigned gen = __atomic_load_n(&sim.generation, __ATOMIC_ACQUIRE);
+    if (sim_tls.gen != gen) {
+        sim_tls.gen = gen;
+        sim_tls.depth = 0;
+    }
+}
+
+int sim_dev_valid(int dev)
+{
+    return dev >= 0 && dev < sim.ndev;
+}
+
+/* Whether device `dev` may access memory that lives on `peer`. */
+int sim_peer_ok(int dev, int peer)
+{
+    return dev != peer && !__atomic_load_n(&sim.no_peer, __ATOMIC_RELAXED);
+}
+
+struct CUctx_st *sim_ctx_current(void)
+{
+    sim_tls_sync();
+    return sim_tls.depth ? sim_tls.stack[sim_tls.depth - 1] : NULL;
+}
+
+int sim_ctx_valid(CUcontext c)
+{
+    for (int i = 0; i < sim.ndev; i++)
+        if (c == &sim.dev[i].ctx)
+            return 1;
+    return 0;
+}
+
+/* The device of the current context, as calls that run "in" a context
+ * need one. */
+CUresult sim_need_ctx(int *dev)
+{
+    struct CUctx_st *c = sim_ctx_current();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (dev)
+        *dev = c->dev;
+    return CUDA_SUCCESS;
+}
+
+void sim_ctx_reset_all(void)
+{
+    for (int i = 0; i < SIM_MAX_DEVICES; i++)
+        sim.dev[i].ctx.refs = 0;
+}
+
+/* ---- init and devices ------------------------------------------------- */
+
+static CUresult sim_init(unsigned flags)
+{
+    if (flags != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (sim.ndev == 0)
+        return CUDA_ERROR_NO_DEVICE;
+    __atomic_store_n(&sim.initialized, 1, __ATOMIC_RELEASE);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuInit(unsigned int Flags)
+{
+    SIM_API(cuInit, SIM_WRITE | SIM_ANYTIME, sim_init(Flags));
+}
+
+static CUresult sim_driver_version(int *v)
+{
+    if (!v)
+        return CUDA_ERROR_INVALID_VALUE;
+    *v = 13000;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDriverGetVersion(int *driverVersion)
+{
+    SIM_API(cuDriverGetVersion, SIM_NOLOCK | SIM_ANYTIME, sim_driver_version(driverVersion));
+}
+
+static CUresult sim_device_count(int *n)
+{
+    if (!n)
+        return CUDA_ERROR_INVALID_VALUE;
+    *n = sim.ndev;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetCount(int *count)
+{
+    SIM_API(cuDeviceGetCount, SIM_READ, sim_device_count(count));
+}
+
+static CUresult sim_device_get(CUdevice *d, int ordinal)
+{
+    if (!d)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_dev_valid(ordinal))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *d = ordinal;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGet(CUdevice *device, int ordinal)
+{
+    SIM_API(cuDeviceGet, SIM_READ, sim_device_get(device, ordinal));
+}
+
+static CUresult sim_device_name(char *name, int len, CUdevice dev)
+{
+    if (!name || len <= 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_dev_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    snprintf(name, (size_t)len, "gvmshim simulated GPU %d", dev);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetName(char *name, int len, CUdevice dev)
+{
+    SIM_API(cuDeviceGetName, SIM_READ, sim_device_name(name, len, dev));
+}
+
+static CUresult sim_total_mem(size_t *bytes, CUdevice dev)
+{
+    if (!bytes)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_dev_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *bytes = sim.dev[dev].capacity;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceTotalMem_v2(size_t *bytes, CUdevice dev)
+{
+    SIM_API(cuDeviceTotalMem_v2, SIM_READ, sim_total_mem(bytes, dev));
+}
+
+static int sim_attribute_value(CUdevice_attribute a)
+{
+    int vmm = !__atomic_load_n(&sim.no_vmm, __ATOMIC_RELAXED);
+    switch (a) {
+    case CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_HOST_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED:
+        return vmm;
+    case CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED:
+    case CU_DEVICE_ATTRIBUTE_UNIFIED_ADDRESSING:
+    case CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED: /* cuMemAllocAsync works */
+        return 1;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT:
+        return 4;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR:
+        return 9;
+    default: /* HOST_NUMA_ID and COMPUTE_CAPABILITY_MINOR included */
+        return 0;
+    }
+}
+
+static CUresult sim_device_attribute(int *pi, CUdevice_attribute a, CUdevice dev)
+{
+    if (!pi)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_dev_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *pi = sim_attribute_value(a);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetAttribute(int *pi, CUdevice_attribute attrib, CUdevice dev)
+{
+    SIM_API(cuDeviceGetAttribute, SIM_READ, sim_device_attribute(pi, attrib, dev));
+}
+
+static CUresult sim_can_access_peer(int *can, CUdevice dev, CUdevice peer)
+{
+    if (!can)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_dev_valid(dev) || !sim_dev_valid(peer))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *can = sim_peer_ok(dev, peer);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevice peerDev)
+{
+    SIM_API(cuDeviceCanAccessPeer, SIM_READ, sim_can_access_peer(canAccessPeer, dev, peerDev));
+}
+
+/* ---- primary contexts ------------------------------------------------- */
+
+static CUresult sim_primary_retain(CUcontext *pctx, CUdevice dev)
+{
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_dev_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    sim.dev[dev].ctx.refs++;
+    *pctx = &sim.dev[dev].ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev)
+{
+    SIM_API(cuDevicePrimaryCtxRetain, SIM_WRITE, sim_primary_retain(pctx, dev));
+}
+
+static CUresult sim_primary_release(CUdevice dev)
+{
+    if (!sim_dev_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (sim.dev[dev].ctx.refs == 0)
+        return CUDA_ERROR_INVALID_CONTEXT; /* released more than retained */
+    sim.dev[dev].ctx.refs--;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxRelease_v2(CUdevice dev)
+{
+    SIM_API(cuDevicePrimaryCtxRelease_v2, SIM_WRITE, sim_primary_release(dev));
+}
+
+static CUresult sim_primary_state(CUdevice dev, unsigned *flags, int *active)
+{
+    if (!flags || !active)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_dev_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *flags = 0;
+    *active = sim.dev[dev].ctx.refs > 0;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
+{
+    SIM_API(cuDevicePrimaryCtxGetState, SIM_READ, sim_primary_state(dev, flags, active));
+}
+
+/* ---- the current-context stack ---------------------------------------- */
+
+static CUresult sim_ctx_get_current(CUcontext *pctx)
+{
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    *pctx = sim_ctx_current();
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxGetCurrent(CUcontext *pctx)
+{
+    SIM_API(cuCtxGetCurrent, SIM_NOLOCK, sim_ctx_get_current(pctx));
+}
+
+/* Replaces the top of the stack; NULL pops, as the real driver does. */
+static CUresult sim_ctx_set_current(CUcontext ctx)
+{
+    sim_tls_sync();
+    if (!ctx) {
+        if (sim_tls.depth)
+            sim_tls.depth--;
+        return CUDA_SUCCESS;
+    }
+    if (!sim_ctx_valid(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!sim_tls.depth)
+        sim_tls.depth = 1;
+    sim_tls.stack[sim_tls.depth - 1] = ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxSetCurrent(CUcontext ctx)
+{
+    SIM_API(cuCtxSetCurrent, SIM_READ, sim_ctx_set_current(ctx));
+}
+
+static CUresult sim_ctx_push(CUcontext ctx)
+{
+    sim_tls_sync();
+    if (!ctx || !sim_ctx_valid(ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (sim_tls.depth == SIM_CTX_DEPTH)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    sim_tls.stack[sim_tls.depth++] = ctx;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPushCurrent_v2(CUcontext ctx)
+{
+    SIM_API(cuCtxPushCurrent_v2, SIM_READ, sim_ctx_push(ctx));
+}
+
+static CUresult sim_ctx_pop(CUcontext *pctx)
+{
+    sim_tls_sync();
+    if (!sim_tls.depth)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    struct CUctx_st *c = sim_tls.stack[--sim_tls.depth];
+    if (pctx)
+        *pctx = c;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxPopCurrent_v2(CUcontext *pctx)
+{
+    SIM_API(cuCtxPopCurrent_v2, SIM_NOLOCK, sim_ctx_pop(pctx));
+}
+
+static CUresult sim_ctx_get_device(CUdevice *dev)
+{
+    if (!dev)
+        return CUDA_ERROR_INVALID_VALUE;
+    return sim_need_ctx(dev);
+}
+
+CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
+{
+    SIM_API(cuCtxGetDevice, SIM_NOLOCK, sim_ctx_get_device(device));
+}
+
+/* All work ran at enqueue time, so synchronizing only checks the context. */
+CUresult CUDAAPI cuCtxSynchronize(void)
+{
+    SIM_API(cuCtxSynchronize, SIM_NOLOCK, sim_need_ctx(NULL));
+}

@@ -1,0 +1,106 @@
+/* Every cuMemset* entry point: 8, 16 and 32-bit fills of device memory,
+ * linear or pitched, synchronous or on a stream. */
+#include "sim.h"
+
+#include <string.h>
+
+static void sim_fill_row(unsigned char *p, unsigned value, unsigned elem, size_t width)
+{
+    unsigned short v16 = (unsigned short)value;
+    const void *pattern = elem == 2 ? (const void *)&v16 : (const void *)&value;
+    if (elem == 1) {
+        memset(p, (int)value, width);
+        return;
+    }
+    for (size_t i = 0; i < width; i++)
+        memcpy(p + i * elem, pattern, elem);
+}
+
+/* Fills `height` rows of `width` elements of `elem` bytes, `pitch` apart.
+ * Like the real driver, the destination must be aligned to the element. */
+static CUresult sim_fill(uintptr_t dst, size_t pitch, unsigned value, unsigned elem,
+                         size_t width, size_t height)
+{
+    size_t row, span;
+    if (width == 0 || height == 0)
+        return CUDA_SUCCESS;
+    if (dst % elem || __builtin_mul_overflow(width, elem, &row))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (height > 1 && (pitch < row || pitch % elem))
+        return CUDA_ERROR_INVALID_VALUE;
+    if (__builtin_mul_overflow(height - 1, pitch, &span) ||
+        __builtin_add_overflow(span, row, &span) || !sim_dev_span_ok(dst, span))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t j = 0; j < height; j++)
+        sim_fill_row((unsigned char *)dst + j * pitch, value, elem, width);
+    return CUDA_SUCCESS;
+}
+
+static CUresult sim_fill_sync(uintptr_t dst, size_t pitch, unsigned value, unsigned elem,
+                              size_t width, size_t height)
+{
+    CUresult rc = sim_need_ctx(NULL);
+    return rc != CUDA_SUCCESS ? rc : sim_fill(dst, pitch, value, elem, width, height);
+}
+
+static CUresult sim_fill_async(uintptr_t dst, size_t pitch, unsigned value, unsigned elem,
+                               size_t width, size_t height, CUstream s)
+{
+    CUresult rc = sim_stream_dev(s, NULL);
+    return rc != CUDA_SUCCESS ? rc : sim_fill(dst, pitch, value, elem, width, height);
+}
+
+/* ---- linear ----------------------------------------------------------- */
+
+SIM_API2(cuMemsetD8_v2, cuMemsetD8_v2_ptds, SIM_READ,
+         (CUdeviceptr dstDevice, unsigned char uc, size_t N),
+         sim_fill_sync(dstDevice, N, uc, 1, N, 1))
+
+SIM_API2(cuMemsetD16_v2, cuMemsetD16_v2_ptds, SIM_READ,
+         (CUdeviceptr dstDevice, unsigned short us, size_t N),
+         sim_fill_sync(dstDevice, 2 * N, us, 2, N, 1))
+
+SIM_API2(cuMemsetD32_v2, cuMemsetD32_v2_ptds, SIM_READ,
+         (CUdeviceptr dstDevice, unsigned int ui, size_t N),
+         sim_fill_sync(dstDevice, 4 * N, ui, 4, N, 1))
+
+SIM_API2(cuMemsetD8Async, cuMemsetD8Async_ptsz, SIM_READ,
+         (CUdeviceptr dstDevice, unsigned char uc, size_t N, CUstream hStream),
+         sim_fill_async(dstDevice, N, uc, 1, N, 1, hStream))
+
+SIM_API2(cuMemsetD16Async, cuMemsetD16Async_ptsz, SIM_READ,
+         (CUdeviceptr dstDevice, unsigned short us, size_t N, CUstream hStream),
+         sim_fill_async(dstDevice, 2 * N, us, 2, N, 1, hStream))
+
+SIM_API2(cuMemsetD32Async, cuMemsetD32Async_ptsz, SIM_READ,
+         (CUdeviceptr dstDevice, unsigned int ui, size_t N, CUstream hStream),
+         sim_fill_async(dstDevice, 4 * N, ui, 4, N, 1, hStream))
+
+/* ---- pitched ---------------------------------------------------------- */
+
+SIM_API2(cuMemsetD2D8_v2, cuMemsetD2D8_v2_ptds, SIM_READ,
+         (CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height),
+         sim_fill_sync(dstDevice, dstPitch, uc, 1, Width, Height))
+
+SIM_API2(cuMemsetD2D16_v2, cuMemsetD2D16_v2_ptds, SIM_READ,
+         (CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height),
+         sim_fill_sync(dstDevice, dstPitch, us, 2, Width, Height))
+
+SIM_API2(cuMemsetD2D32_v2, cuMemsetD2D32_v2_ptds, SIM_READ,
+         (CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height),
+         sim_fill_sync(dstDevice, dstPitch, ui, 4, Width, Height))
+
+SIM_API2(cuMemsetD2D8Async, cuMemsetD2D8Async_ptsz, SIM_READ,
+         (CUdeviceptr dstDevice, size_t dstPitch, unsigned char uc, size_t Width, size_t Height,
+          CUstream hStream),
+         sim_fill_async(dstDevice, dstPitch, uc, 1, Width, Height, hStream))
+
+SIM_API2(cuMemsetD2D16Async, cuMemsetD2D16Async_ptsz, SIM_READ,
+         (CUdeviceptr dstDevice, size_t dstPitch, unsigned short us, size_t Width, size_t Height,
+          CUstream hStream),
+         sim_fill_async(dstDevice, dstPitch, us, 2, Width, Height, hStream))
+
+SIM_API2(cuMemsetD2D32Async, cuMemsetD2D32Async_ptsz, SIM_READ,
+         (CUdeviceptr dstDevice, size_t dstPitch, unsigned int ui, size_t Width, size_t Height,
+          CUstream hStream),
+         sim_fill_async(dstDevice, dstPitch, ui, 4, Width, Height, hStream))

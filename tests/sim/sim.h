@@ -1,0 +1,177 @@
+/* Internal interface of the simulated driver, shared by its files.
+ *
+ * Every exported cu* function is a thin wrapper (SIM_API) around an
+ * internal sim_* function; wrappers never call each other, so each
+ * application call is counted, traced and fault-checked exactly once. */
+#ifndef SIMCUDA_SIM_H
+#define SIMCUDA_SIM_H
+
+#include "../../core/cuda_api.h"
+#include "../../core/driver_list.h"
+#include "simcuda.h"
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* cuda.h maps cuMemAlloc to cuMemAlloc_v2; the sim also exports the
+ * 32-bit CUDA 3.1 symbol so tests can check a legacy lookup is left alone. */
+#undef cuMemAlloc
+CUresult CUDAAPI cuMemAlloc(unsigned int *dptr, unsigned int bytesize);
+
+/* Every function the sim exports: the driver list plus what tests and
+ * cuGetProcAddress need beyond it. */
+#define SIM_EXTRA_EXPORTS(X)                                                   \
+    X(cuMemAlloc) X(cuDeviceGetName) X(cuMemGetAccess) X(cuStreamQuery)       \
+    X(cuStreamQuery_ptsz) X(cuStreamSynchronize_ptsz) X(cuEventRecord_ptsz)
+#define SIM_EXPORTS(X) GVM_DRIVER_ALL(X, X) SIM_EXTRA_EXPORTS(X)
+
+#define SIM_ENUM(name) SIM_FN_##name,
+enum sim_fn { SIM_EXPORTS(SIM_ENUM) SIM_FN_COUNT };
+#undef SIM_ENUM
+
+#define SIM_MAX_DEVICES 16
+#define SIM_GRANULE ((size_t)2 << 20) /* VMM granularity, as on real GPUs */
+#define SIM_CTX_DEPTH 32
+
+/* Opaque driver handles, given a body here (cuda.h only names them). */
+struct CUctx_st {
+    int dev;
+    unsigned refs; /* primary-context retain count */
+};
+struct CUstream_st {
+    int dev;
+    unsigned flags;
+};
+struct CUevent_st {
+    int dev;
+    unsigned flags;
+};
+struct CUfunc_st {
+    void (*body)(void **params);
+    unsigned nparams;
+    size_t *size;
+    size_t *offset;
+    size_t total; /* bytes of the packed parameter buffer */
+};
+
+/* An unordered set of pointers; lookups are linear, tests hold few. */
+struct sim_vec {
+    void **item;
+    size_t len, cap;
+};
+
+struct sim_native { /* cuMemAlloc* memory */
+    uintptr_t base;
+    size_t size, maplen;
+    int dev;
+    unsigned long long id;
+};
+struct sim_resv { /* cuMemAddressReserve range */
+    uintptr_t base;
+    size_t size;
+};
+struct sim_handle { /* cuMemCreate physical memory */
+    unsigned long long id;
+    size_t size;
+    int loc; /* device ordinal or SIMCUDA_LOC_HOST */
+    int fd;
+    CUmemAllocationProp prop;
+    unsigned refs; /* create/retain minus release */
+    unsigned maps; /* live mappings */
+};
+struct sim_map { /* cuMemMap range */
+    uintptr_t base;
+    size_t size;
+    struct sim_handle *h;
+    struct sim_resv *resv; /* NULL once its reservation was freed under it */
+    unsigned mask, rwmask; /* device bits and SIMCUDA_CPU_BIT */
+    unsigned long long id;
+};
+
+struct sim_device {
+    size_t capacity, used; /* used: native + device-located physical */
+    struct CUctx_st ctx;
+};
+
+struct sim_state {
+    pthread_rwlock_t lock;
+    int initialized;
+    unsigned generation; /* bumped by simcuda_reset to drop TLS stacks */
+    int ndev, no_vmm, no_peer, tracing;
+    struct sim_device dev[SIM_MAX_DEVICES];
+    size_t host_capacity, host_used;
+    struct sim_vec natives, resvs, maps, handles, streams, events, funcs;
+    unsigned long long next_id;
+};
+
+#pragma GCC visibility push(hidden)
+
+extern struct sim_state sim;
+extern const char *const sim_fn_names[SIM_FN_COUNT];
+
+/* Lock modes of an entry point; SIM_ANYTIME skips the cuInit check. */
+enum { SIM_NOLOCK = 0, SIM_READ = 1, SIM_WRITE = 2, SIM_ANYTIME = 4 };
+
+int sim_enter(enum sim_fn fn, int mode, CUresult *rc);
+void sim_unlock(int mode);
+CUresult sim_leave(enum sim_fn fn, CUresult rc);
+
+#define SIM_API(name, mode, expr)                                              \
+    do {                                                                       \
+        CUresult sim_rc_;                                                      \
+        if (sim_enter(SIM_FN_##name, (mode), &sim_rc_)) {                      \
+            sim_rc_ = (expr);                                                  \
+            sim_unlock(mode);                                                  \
+        }                                                                      \
+        return sim_leave(SIM_FN_##name, sim_rc_);                              \
+    } while (0)
+
+/* Defines an entry point and its per-thread-stream twin with one body. */
+#define SIM_API2(name, twin, mode, params, expr)                               \
+    CUresult CUDAAPI name params { SIM_API(name, mode, expr); }                \
+    CUresult CUDAAPI twin params { SIM_API(twin, mode, expr); }
+
+void sim_config_load(void);
+const char *sim_error_name(CUresult rc); /* NULL when unknown */
+void sim_die(const char *what) __attribute__((noreturn));
+unsigned long long sim_new_id(void);
+
+int sim_vec_push(struct sim_vec *v, void *p);
+void sim_vec_remove(struct sim_vec *v, void *p);
+int sim_vec_has(const struct sim_vec *v, const void *p);
+
+/* Capacity of a location (ordinal or SIMCUDA_LOC_HOST). */
+CUresult sim_charge(int loc, size_t bytes);
+void sim_uncharge(int loc, size_t bytes);
+
+/* Contexts and streams (lock held). */
+int sim_dev_valid(int dev);
+int sim_peer_ok(int dev, int peer);
+struct CUctx_st *sim_ctx_current(void);
+int sim_ctx_valid(CUcontext c);
+CUresult sim_need_ctx(int *dev);
+CUresult sim_stream_dev(CUstream s, int *dev);
+void sim_ctx_reset_all(void);
+void sim_streams_reset(void);
+
+/* Memory objects (lock held). */
+struct sim_native *sim_native_at(uintptr_t p);
+struct sim_map *sim_map_at(uintptr_t p);
+struct sim_resv *sim_resv_at(uintptr_t p);
+void sim_native_reset(void);
+void sim_vmm_reset(void);
+
+/* True when [p, p+n) is memory a kernel may touch: one native allocation,
+ * or adjacent mappings that each grant access to some device. */
+int sim_dev_span_ok(uintptr_t p, size_t n);
+/* True when p lies in memory the driver owns (native or reserved VA). */
+int sim_is_dev_addr(uintptr_t p);
+
+/* Copies (lock held). */
+enum sim_side_kind { SIM_HOSTMEM, SIM_DEVMEM, SIM_UNIFIED };
+CUresult sim_copy_1d(uintptr_t dst, int dkind, uintptr_t src, int skind, size_t n);
+
+#pragma GCC visibility pop
+
+#endif

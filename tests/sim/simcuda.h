@@ -1,0 +1,76 @@
+/* Test-control API of the simulated CUDA driver (tests/sim/libcuda.so.1).
+ *
+ * The CPU test suite runs gvmshim against this library instead of the real
+ * libcuda. Tests reach these functions by linking the sim or by dlsym() on
+ * its handle. Every function here is thread-safe, but the ones documented
+ * as "between tests" must not race with driver calls. */
+#ifndef SIMCUDA_H
+#define SIMCUDA_H
+
+#include "../../core/cuda_api.h"
+
+#include <stddef.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Physical location of memory for the accounting queries. */
+#define SIMCUDA_LOC_HOST (-1)     /* host / host-NUMA located physical memory */
+#define SIMCUDA_LOC_UNMAPPED (-2) /* simcuda_location_of(): nothing mapped */
+#define SIMCUDA_CPU_BIT (1u << 31) /* simcuda_access_mask(): CPU access */
+
+/* Fault injection. Both are one-shot; an injected failure has no side
+ * effect (outputs untouched). */
+/* The n-th next call (1-based) to any cu* entry point fails with err;
+ * n = 0 cancels. */
+void simcuda_fail_nth(unsigned long n, CUresult err);
+/* The nth next call of the entry point with that ELF name ("cuMemMap",
+ * "cuMemcpyHtoD_v2_ptds") fails with err; nth = 0 cancels. An unknown name
+ * aborts the test, so a typo cannot pass silently. */
+void simcuda_fail_call(const char *name, unsigned long nth, CUresult err);
+
+/* Call counters, injected failures included. */
+unsigned long simcuda_call_count(void);
+unsigned long simcuda_calls_of(const char *name); /* 0 for unknown names */
+void simcuda_reset_counts(void);
+
+/* Leak accounting. */
+size_t simcuda_phys_bytes(int location); /* live cuMemCreate bytes there */
+long simcuda_live_handles(void);      /* physical allocations not yet freed */
+long simcuda_live_reservations(void); /* cuMemAddressReserve ranges */
+long simcuda_live_mappings(void);     /* cuMemMap ranges, orphans included */
+long simcuda_live_native(void);       /* cuMemAlloc* allocations */
+
+/* What the "hardware" sees at an address. */
+int simcuda_access_mask(CUdeviceptr p); /* bit per device, SIMCUDA_CPU_BIT */
+int simcuda_location_of(CUdeviceptr p); /* ordinal, LOC_HOST or LOC_UNMAPPED */
+
+/* Configuration. Environment (read at first use) gives the defaults:
+ * SIMCUDA_DEVICES (2), SIMCUDA_MEM ("256M" or "0:64M,1:128M"),
+ * SIMCUDA_HOST_MEM ("1G"), SIMCUDA_NO_VMM=1, SIMCUDA_NO_PEER=1,
+ * SIMCUDA_TRACE=1. */
+void simcuda_set_capacity(int location, size_t bytes); /* any time */
+void simcuda_set_devices(int n);  /* before cuInit or after simcuda_reset */
+void simcuda_set_vmm(int supported);   /* like SIMCUDA_NO_VMM; any time */
+void simcuda_set_peer(int supported);  /* like SIMCUDA_NO_PEER; any time */
+/* Between tests: frees every object, forgets cuInit, clears counters and
+ * armed faults, and empties every thread's context stack. Configuration
+ * and fake kernels survive. */
+void simcuda_reset(void);
+
+/* Prints every call and its result to stderr. */
+void simcuda_trace(int on);
+
+/* A fake kernel: cuLaunchKernel* calls body(kernelParams) synchronously.
+ * param_sizes gives the size of each parameter (for cuFuncGetParamInfo and
+ * the CU_LAUNCH_PARAM_BUFFER_POINTER form); body may be NULL. The handle
+ * stays valid for the life of the process and is also a valid CUkernel. */
+CUfunction simcuda_function(void (*body)(void **params), unsigned nparams,
+                            const size_t *param_sizes);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

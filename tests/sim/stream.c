@@ -1,0 +1,187 @@
+/* Streams, events and stream capture. Device work runs when it is
+ * enqueued, so every wait, query and synchronize succeeds at once; what is
+ * checked is that the handles are live. */
+#include "sim.h"
+
+#include <stdlib.h>
+
+/* The device a stream's work runs on. The special streams (0, legacy,
+ * per-thread) belong to the current context. */
+CUresult sim_stream_dev(CUstream s, int *dev)
+{
+    if (s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD)
+        return sim_need_ctx(dev);
+    if (!sim_vec_has(&sim.streams, s))
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (dev)
+        *dev = s->dev;
+    return CUDA_SUCCESS;
+}
+
+void sim_streams_reset(void)
+{
+    for (size_t i = 0; i < sim.streams.len; i++)
+        free(sim.streams.item[i]);
+    for (size_t i = 0; i < sim.events.len; i++)
+        free(sim.events.item[i]);
+    sim.streams.len = sim.events.len = 0;
+}
+
+static CUresult sim_stream_create(CUstream *ph, unsigned flags)
+{
+    int dev;
+    if (!ph || (flags & ~(unsigned)CU_STREAM_NON_BLOCKING))
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = sim_need_ctx(&dev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    struct CUstream_st *s = calloc(1, sizeof *s);
+    if (!s || sim_vec_push(&sim.streams, s)) {
+        free(s);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    s->dev = dev;
+    s->flags = flags;
+    *ph = s;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
+{
+    SIM_API(cuStreamCreate, SIM_WRITE, sim_stream_create(phStream, Flags));
+}
+
+static CUresult sim_stream_destroy(CUstream s)
+{
+    if (!s || !sim_vec_has(&sim.streams, s))
+        return CUDA_ERROR_INVALID_HANDLE;
+    sim_vec_remove(&sim.streams, s);
+    free(s);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
+{
+    SIM_API(cuStreamDestroy_v2, SIM_WRITE, sim_stream_destroy(hStream));
+}
+
+SIM_API2(cuStreamSynchronize, cuStreamSynchronize_ptsz, SIM_READ,
+         (CUstream hStream), sim_stream_dev(hStream, NULL))
+
+SIM_API2(cuStreamQuery, cuStreamQuery_ptsz, SIM_READ,
+         (CUstream hStream), sim_stream_dev(hStream, NULL))
+
+static int sim_event_live(CUevent e)
+{
+    return e && sim_vec_has(&sim.events, e);
+}
+
+static CUresult sim_stream_wait_event(CUstream s, CUevent e, unsigned flags)
+{
+    CUresult rc = sim_stream_dev(s, NULL);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    return sim_event_live(e) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
+{
+    SIM_API(cuStreamWaitEvent, SIM_READ, sim_stream_wait_event(hStream, hEvent, Flags));
+}
+
+static CUresult sim_is_capturing(CUstream s, CUstreamCaptureStatus *st)
+{
+    if (!st)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = sim_stream_dev(s, NULL);
+    if (rc == CUDA_SUCCESS)
+        *st = CU_STREAM_CAPTURE_STATUS_NONE;
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
+{
+    SIM_API(cuStreamIsCapturing, SIM_READ, sim_is_capturing(hStream, captureStatus));
+}
+
+static __thread CUstreamCaptureMode sim_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
+
+static CUresult sim_exchange_capture_mode(CUstreamCaptureMode *mode)
+{
+    if (!mode)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUstreamCaptureMode old = sim_capture_mode;
+    sim_capture_mode = *mode;
+    *mode = old;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
+{
+    SIM_API(cuThreadExchangeStreamCaptureMode, SIM_NOLOCK, sim_exchange_capture_mode(mode));
+}
+
+/* ---- events ----------------------------------------------------------- */
+
+static CUresult sim_event_create(CUevent *ph, unsigned flags)
+{
+    int dev;
+    if (!ph)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = sim_need_ctx(&dev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    struct CUevent_st *e = calloc(1, sizeof *e);
+    if (!e || sim_vec_push(&sim.events, e)) {
+        free(e);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    e->dev = dev;
+    e->flags = flags;
+    *ph = e;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventCreate(CUevent *phEvent, unsigned int Flags)
+{
+    SIM_API(cuEventCreate, SIM_WRITE, sim_event_create(phEvent, Flags));
+}
+
+static CUresult sim_event_destroy(CUevent e)
+{
+    if (!sim_event_live(e))
+        return CUDA_ERROR_INVALID_HANDLE;
+    sim_vec_remove(&sim.events, e);
+    free(e);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent)
+{
+    SIM_API(cuEventDestroy_v2, SIM_WRITE, sim_event_destroy(hEvent));
+}
+
+static CUresult sim_event_record(CUevent e, CUstream s)
+{
+    if (!sim_event_live(e))
+        return CUDA_ERROR_INVALID_HANDLE;
+    return sim_stream_dev(s, NULL);
+}
+
+SIM_API2(cuEventRecord, cuEventRecord_ptsz, SIM_READ,
+         (CUevent hEvent, CUstream hStream), sim_event_record(hEvent, hStream))
+
+static CUresult sim_event_check(CUevent e)
+{
+    return sim_event_live(e) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+}
+
+CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
+{
+    SIM_API(cuEventSynchronize, SIM_READ, sim_event_check(hEvent));
+}
+
+CUresult CUDAAPI cuEventQuery(CUevent hEvent)
+{
+    SIM_API(cuEventQuery, SIM_READ, sim_event_check(hEvent));
+}
