@@ -63,7 +63,7 @@ GVM_API gvm_status gvm_migrate(const void *ptr, int location)
         CUresult rc = gvm_move_blocks(r, location);
         gvm_move_leave(r);
         st = from_cu(rc);
-        if (!st) r->home = location;   /* the policy must not undo an explicit move */
+        if (!st) GVM_STORE(r->home, location);   /* the policy must not undo an explicit move */
     }
     pthread_mutex_unlock(&r->op);
     return st;

@@ -2,6 +2,7 @@
 
 #include "core/driver.h"
 #include "core/log.h"
+#include "core/move.h"
 #include "core/settings.h"
 #include "core/slab.h"
 #include "core/topo.h"
@@ -208,10 +209,11 @@ static CUresult alloc_large(size_t size, int device, CUcontext ctx, const struct
         if (rc != CUDA_SUCCESS) return rc;
     }
     r->size = size;
-    r->tag = tag;
-    r->flags = 0;
+    GVM_STORE(r->tag, tag);
+    GVM_STORE(r->flags, 0u);
     r->buffer_id = gvm_next_buffer_id();
-    r->last_use = 0;
+    r->last_use = gvm_clock_tick();   /* a new allocation is about to be used */
+    GVM_STORE(r->spilled_at, 0);
     __atomic_store_n(&r->state, GVM_REGION_LIVE, __ATOMIC_RELEASE);
     gvm_heap_track(r);
     *out = r->base;

@@ -152,7 +152,7 @@ CUresult gvm_region_grow(struct gvm_region *r, size_t len, int loc)
         return rc;
     }
     for (int i = first; i < r->nblocks; i++) gvm_stats_resident(loc, (int64_t)r->blocks[i].size);
-    r->mapped = end;
+    GVM_STORE(r->mapped, end);
     return CUDA_SUCCESS;
 }
 
@@ -182,7 +182,7 @@ CUresult gvm_region_grow_striped(struct gvm_region *r, size_t len, uint64_t devi
         return rc;
     }
     for (int i = first; i < r->nblocks; i++) gvm_stats_resident(r->blocks[i].phys->loc, (int64_t)unit);
-    r->mapped = start + len;
+    GVM_STORE(r->mapped, start + len);
     return CUDA_SUCCESS;
 }
 

@@ -64,6 +64,11 @@ struct gvm_region {
     struct gvm_region *lru_prev, *lru_next;
 };
 
+/* Fields that the policy reads while walking regions under the heap lock,
+ * and that operations write under the region's lock. */
+#define GVM_LOAD(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
+#define GVM_STORE(field, v) __atomic_store_n(&(field), (v), __ATOMIC_RELAXED)
+
 /* A new record, state FREE, zeroed but for its lock. */
 struct gvm_region *gvm_region_new(void);
 /* Returns a record for reuse; it must be unmapped and unreserved. */

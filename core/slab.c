@@ -1,7 +1,9 @@
 #include "core/slab.h"
 
 #include "core/driver.h"
+#include "core/heap.h"
 #include "core/log.h"
+#include "core/move.h"
 #include "core/settings.h"
 #include "core/topo.h"
 
@@ -81,6 +83,8 @@ static CUresult slab_new(int device, int cidx, int tag, CUcontext ctx, struct gv
     if ((rc = gvm_region_grow(r, chunk, device)) != CUDA_SUCCESS) goto unreserve;
     if (gvm_region_publish(r)) { rc = CUDA_ERROR_OUT_OF_MEMORY; goto unmap; }
     __atomic_store_n(&r->state, GVM_REGION_LIVE, __ATOMIC_RELEASE);
+    r->last_use = gvm_clock_tick();
+    gvm_heap_track(r);   /* chunks move, spill and pause like any region */
     s->chunk = r;
     s->device = device;
     s->cidx = cidx;
@@ -178,6 +182,7 @@ static void maybe_drop_chunk(struct gvm_slab *s)
     list_remove(s);
     idle_bytes[s->device] -= s->chunk->mapped;
     struct gvm_region *r = s->chunk;
+    gvm_heap_untrack(r);
     gvm_region_unpublish(r);
     gvm_region_destroy(r);
     gvm_region_recycle(r);
@@ -238,6 +243,7 @@ size_t gvm_slab_trim(int device)
                 freed += s->chunk->mapped;
                 list_remove(s);
                 idle_bytes[device] -= s->chunk->mapped;
+                gvm_heap_untrack(s->chunk);
                 gvm_region_unpublish(s->chunk);
                 gvm_region_destroy(s->chunk);
                 gvm_region_recycle(s->chunk);

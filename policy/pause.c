@@ -25,9 +25,9 @@ struct list {
 static void pick(struct gvm_region *r, void *arg)
 {
     struct list *l = arg;
-    if (r->state != GVM_REGION_LIVE || r->kind == GVM_REGION_ALIAS || !r->tag) return;
-    if (l->tag >= 0 && r->tag != l->tag) return;
-    if (((r->flags & GVM_RF_PAUSED) != 0) != l->paused) return;
+    if (GVM_LOAD(r->state) != GVM_REGION_LIVE || r->kind == GVM_REGION_ALIAS || !GVM_LOAD(r->tag)) return;
+    if (l->tag >= 0 && GVM_LOAD(r->tag) != l->tag) return;
+    if (((GVM_LOAD(r->flags) & GVM_RF_PAUSED) != 0) != l->paused) return;
     if (l->n == l->cap) {
         size_t cap = l->cap ? l->cap * 2 : 32;
         struct gvm_region **nr = realloc(l->r, cap * sizeof *nr);
@@ -64,7 +64,7 @@ static CUresult pause_one(struct gvm_region *r, int flags)
     }
     gvm_move_leave(r);
     if (rc == CUDA_SUCCESS) {
-        r->flags |= GVM_RF_PAUSED;
+        GVM_STORE(r->flags, r->flags | GVM_RF_PAUSED);
         r->paused_loc = where >= 0 ? where : r->home;
         gvm_stat_inc(pauses);
     }
@@ -98,7 +98,7 @@ static CUresult resume_one(struct gvm_region *r)
     CUresult rc = (r->flags & GVM_RF_DISCARDED) ? refill(r, dev) : gvm_move_blocks(r, dev);
     gvm_move_leave(r);
     if (rc == CUDA_SUCCESS) {
-        r->flags &= ~(unsigned)(GVM_RF_PAUSED | GVM_RF_DISCARDED);
+        GVM_STORE(r->flags, r->flags & ~(unsigned)(GVM_RF_PAUSED | GVM_RF_DISCARDED));
         gvm_stat_inc(resumes);
     }
     return rc;

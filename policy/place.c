@@ -112,7 +112,7 @@ static CUresult alloc_at(size_t size, int device, CUcontext ctx, struct gvm_plac
     CUresult rc = gvm_heap_alloc(size, device, ctx, &pl, tag, out);
     if (rc != CUDA_SUCCESS || pl.loc == device) return rc;
     struct gvm_ref ref;
-    if (gvm_heap_find(*out, &ref)) ref.region->spilled_at = pl.loc != ref.region->home ? gvm_clock_tick() : 0;
+    if (gvm_heap_find(*out, &ref)) GVM_STORE(ref.region->spilled_at, pl.loc != ref.region->home ? gvm_clock_tick() : 0);
     return rc;
 }
 

@@ -26,10 +26,11 @@ struct gather {
 static void gather_one(struct gvm_region *r, void *arg)
 {
     struct gather *g = arg;
-    if (r->state != GVM_REGION_LIVE || r->kind == GVM_REGION_ALIAS || r->home != g->device) return;
-    if (!r->spilled_at || (r->flags & GVM_RF_PAUSED)) return;
-    uint64_t last = __atomic_load_n(&r->last_use, __ATOMIC_RELAXED);
-    if (last <= r->spilled_at) return;   /* not used since it left: leave it */
+    if (GVM_LOAD(r->state) != GVM_REGION_LIVE || r->kind == GVM_REGION_ALIAS) return;
+    uint64_t spilled = GVM_LOAD(r->spilled_at);
+    if (GVM_LOAD(r->home) != g->device || !spilled || (GVM_LOAD(r->flags) & GVM_RF_PAUSED)) return;
+    uint64_t last = GVM_LOAD(r->last_use);
+    if (last <= spilled) return;   /* not used since it left: leave it */
     if (g->n == g->cap) {
         size_t cap = g->cap ? g->cap * 2 : 32;
         struct cand *nc = realloc(g->c, cap * sizeof *nc);
@@ -55,7 +56,7 @@ static bool promote(struct gvm_region *r, int device)
         ok = gvm_move_blocks(r, device) == CUDA_SUCCESS;
         gvm_move_leave(r);
         if (ok) {
-            r->spilled_at = 0;
+            GVM_STORE(r->spilled_at, 0);
             gvm_stat_inc(promotions);
             gvm_stat_add(promoted_bytes, r->mapped);
             gvm_debug("promote: moved %#lx (%zu bytes) back to device %d", (unsigned long)r->base,
@@ -74,10 +75,10 @@ static size_t promote_device(int device, size_t budget)
 {
     struct gather g = {.device = device};
     gvm_heap_for_each(gather_one, &g);
-    qsort(g.c, g.n, sizeof *g.c, hottest_first);
+    if (g.n) qsort(g.c, g.n, sizeof *g.c, hottest_first);
     size_t moved = 0;
     for (size_t i = 0; i < g.n; i++) {
-        size_t bytes = g.c[i].r->mapped;
+        size_t bytes = GVM_LOAD(g.c[i].r->mapped);
         if (moved + bytes > budget) break;
         if (!gvm_policy_fits(device, bytes + margin(device))) break;
         if (promote(g.c[i].r, device)) moved += bytes;

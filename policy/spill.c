@@ -25,9 +25,9 @@ struct collect {
 static void collect_one(struct gvm_region *r, void *arg)
 {
     struct collect *c = arg;
-    if (r->state != GVM_REGION_LIVE || r->kind == GVM_REGION_ALIAS) return;
-    if (r->flags & (GVM_RF_PAUSED | GVM_RF_PINNED) || r->home != c->device) return;
-    if (gvm_region_location(r) != c->device) return;
+    /* Where its memory is gets checked under its lock, in evict(). */
+    if (GVM_LOAD(r->state) != GVM_REGION_LIVE || r->kind == GVM_REGION_ALIAS) return;
+    if (GVM_LOAD(r->flags) & (GVM_RF_PAUSED | GVM_RF_PINNED) || GVM_LOAD(r->home) != c->device) return;
     if (c->n == c->cap) {
         size_t cap = c->cap ? c->cap * 2 : 64;
         struct victim *nv = realloc(c->v, cap * sizeof *nv);
@@ -78,7 +78,7 @@ static bool evict(struct gvm_region *r, int device)
             ok = gvm_move_blocks(r, to) == CUDA_SUCCESS;
             gvm_move_leave(r);
             if (ok) {
-                r->spilled_at = gvm_clock_tick();
+                GVM_STORE(r->spilled_at, gvm_clock_tick());
                 gvm_stat_inc(spills);
                 gvm_stat_add(spilled_bytes, r->mapped);
                 gvm_debug("spill: moved %#lx (%zu bytes, last use %lu) from device %d to %d",
@@ -101,7 +101,7 @@ static CUresult evict_then_alloc(size_t size, int device, CUcontext ctx, int tag
 {
     struct collect c = {.device = device};
     gvm_heap_for_each(collect_one, &c);
-    qsort(c.v, c.n, sizeof *c.v, by_age);
+    if (c.n) qsort(c.v, c.n, sizeof *c.v, by_age);
     CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
     for (size_t i = 0; i <= c.n; i++) {
         gvm_heap_trim(device);   /* what moved out went to the pool: free it */
@@ -122,8 +122,8 @@ static CUresult place_on_target(size_t size, int device, CUcontext ctx, int tag,
     if (rc != CUDA_SUCCESS) return rc;
     struct gvm_ref ref;
     if (gvm_heap_find(*out, &ref)) {
-        ref.region->home = device;    /* it belongs on device: promote it when room returns */
-        ref.region->spilled_at = gvm_clock_tick();
+        GVM_STORE(ref.region->home, device);  /* it belongs on device: promote it when room returns */
+        GVM_STORE(ref.region->spilled_at, gvm_clock_tick());
     }
     gvm_stat_inc(spills);
     gvm_stat_add(spilled_bytes, charge_of(size));

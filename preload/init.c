@@ -28,18 +28,18 @@ static int core_state;        /* 0 not started, 1 serving, -1 failed */
 static __thread bool loading; /* this thread is inside the driver's dlopen */
 
 typedef void *(*dlsym_fn)(void *, const char *);
-static dlsym_fn real_dlsym_ptr;
+extern void *gvm_real_dlsym_ptr;   /* preload/dlsym.c's entry stub reads it */
 
 /* The real dlsym, never through the public symbol (which is ours). */
-void *gvm_real_dlsym(void *handle, const char *name)
+GVM_NO_SANITIZE void *gvm_real_dlsym(void *handle, const char *name)
 {
-    dlsym_fn f = __atomic_load_n(&real_dlsym_ptr, __ATOMIC_ACQUIRE);
+    dlsym_fn f = (dlsym_fn)__atomic_load_n(&gvm_real_dlsym_ptr, __ATOMIC_ACQUIRE);
     if (!f) {
         static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
         for (size_t i = 0; i < sizeof versions / sizeof *versions && !f; i++)
             f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
         if (!f) return NULL;
-        __atomic_store_n(&real_dlsym_ptr, f, __ATOMIC_RELEASE);
+        __atomic_store_n(&gvm_real_dlsym_ptr, (void *)f, __ATOMIC_RELEASE);
     }
     return f(handle, name);
 }

@@ -15,6 +15,11 @@
 
 #define GVM_EXPORT __attribute__((visibility("default")))
 
+/* Sanitizer runtimes resolve their interceptors with dlsym while they
+ * start, before their shadow memory exists: code on that path must not be
+ * instrumented. */
+#define GVM_NO_SANITIZE __attribute__((no_sanitize("address", "thread", "undefined")))
+
 /* Fills the driver table from the real libcuda once; false if it cannot be
  * loaded (hooks are only handed out after a successful load). */
 bool gvm_shim_driver(void);

@@ -64,6 +64,8 @@ static void sim_parse_mem(const char *s)
         size_t v = sim_parse_size(s, &end);
         for (int i = 0; i < SIM_MAX_DEVICES && v; i++)
             sim.dev[i].capacity = v;
+        if (!v || *end)
+            fprintf(stderr, "simcuda: ignoring malformed SIMCUDA_MEM '%s'\n", s);
         return;
     }
     while (*s) {
@@ -105,8 +107,10 @@ static void sim_config_from_env(void)
     if ((v = getenv("SIMCUDA_HOST_MEM")) && *v) {
         const char *end;
         size_t n = sim_parse_size(v, &end);
-        if (n)
+        if (n && !*end)
             sim.host_capacity = n;
+        else
+            fprintf(stderr, "simcuda: ignoring malformed SIMCUDA_HOST_MEM '%s'\n", v);
     }
     sim.no_vmm = sim_env_flag("SIMCUDA_NO_VMM");
     sim.no_peer = sim_env_flag("SIMCUDA_NO_PEER");

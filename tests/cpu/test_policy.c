@@ -1,0 +1,292 @@
+/* The policy against the simulated driver: device limits, spill by
+ * eviction or placement, promotion, pause/resume, placement rules, and
+ * failures injected while spilling. */
+#include "simcore.h"
+
+#include "core/move.h"
+#include "policy/config.h"
+#include "policy/place.h"
+#include "policy/spill.h"
+
+#include <time.h>
+
+static struct gvm_config cfg;
+
+static void no_idle_memory(struct gvm_settings *s)
+{
+    /* Keep accounting exact: freed memory goes straight back. */
+    for (int d = 0; d < GVM_MAX_DEVICES; d++) s->cache_limit[d] = s->pool_limit[d] = 0;
+    s->host_pool = 0;
+}
+
+static void set(const char *name, const char *value)
+{
+    char err[GVM_CFG_ERR_MAX];
+    if (gvm_config_set(&cfg, name, value, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+}
+
+static void start_policy(const char *const *kv)
+{
+    gvm_config_defaults(&cfg);
+    for (; kv && kv[0]; kv += 2) set(kv[0], kv[1]);
+    sim_start(2, 512 * MiB, no_idle_memory);
+    CHECK_EQ(gvm_policy_start(&cfg), CUDA_SUCCESS);
+}
+
+static uintptr_t palloc(size_t n)
+{
+    uintptr_t p = 0;
+    CHECK_EQ(gvm_policy_alloc(n, 0, current_ctx(), gvm_policy_current_tag(), &p), CUDA_SUCCESS);
+    return p;
+}
+
+static int where(uintptr_t p)
+{
+    gvm_info info;
+    CHECK_EQ(gvm_query((void *)p, &info), GVM_OK);
+    return info.location;
+}
+
+static void touch(uintptr_t p) { gvm_use_end(gvm_use_begin(p)); }
+
+static void evicts_the_least_recently_used(void)
+{
+    const char *kv[] = {"device_limit", "0:64M", "spill", "host", "promote", "0", NULL};
+    start_policy(kv);
+    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
+    fill(a, 24 * MiB, 1);
+    fill(b, 24 * MiB, 2);
+    touch(a);                                /* b is now the coldest */
+    uintptr_t c = palloc(24 * MiB);
+    CHECK_EQ(where(a), 0);
+    CHECK_EQ(where(b), GVM_HOST);
+    CHECK_EQ(where(c), 0);
+    CHECK(intact(a, 24 * MiB, 1) && intact(b, 24 * MiB, 2));
+    CHECK(gvm_policy_usage(0) <= 64 * MiB);
+    CHECK_EQ(gvm_stats.spills, 1);
+    /* Freeing the spilled one works from where it lives. */
+    CHECK_EQ(gvm_policy_free(b), CUDA_SUCCESS);
+}
+
+static void a_job_that_fits_never_spills(void)
+{
+    const char *kv[] = {"device_limit", "0:64M", "spill", "host", NULL};
+    start_policy(kv);
+    for (int i = 0; i < 50; i++) {
+        uintptr_t a = palloc(20 * MiB), b = palloc(30 * MiB);
+        gvm_policy_free(a);
+        gvm_policy_free(b);
+    }
+    CHECK_EQ(gvm_stats.spills, 0);
+}
+
+static void place_mode_puts_the_new_allocation_on_the_target(void)
+{
+    const char *kv[] = {"device_limit", "0:64M", "spill", "host", "spill_mode", "place", "promote", "0", NULL};
+    start_policy(kv);
+    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB), c = palloc(24 * MiB);
+    CHECK_EQ(where(a), 0);
+    CHECK_EQ(where(b), 0);
+    CHECK_EQ(where(c), GVM_HOST);
+    fill(c, 24 * MiB, 3);
+    CHECK(intact(c, 24 * MiB, 3));
+}
+
+static void peer_first_then_host(void)
+{
+    const char *kv[] = {"device_limit", "0:64M,1:40M", "spill", "peer,host", "promote", "0", NULL};
+    start_policy(kv);
+    uintptr_t a = palloc(30 * MiB), b = palloc(30 * MiB);
+    uintptr_t c = palloc(30 * MiB);          /* a goes to the peer */
+    CHECK_EQ(where(a), 1);
+    uintptr_t d = palloc(30 * MiB);          /* the peer is full: b goes to host */
+    CHECK_EQ(where(b), GVM_HOST);
+    CHECK_EQ(where(c), 0);
+    CHECK_EQ(where(d), 0);
+}
+
+static void spill_off_fails_as_natively(void)
+{
+    const char *kv[] = {"device_limit", "0:64M", NULL};
+    start_policy(kv);
+    uintptr_t a = palloc(40 * MiB);
+    uintptr_t p = 0;
+    CHECK_EQ(gvm_policy_alloc(40 * MiB, 0, current_ctx(), 0, &p), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(where(a), 0);
+    size_t f = 512 * MiB, t = 512 * MiB;
+    gvm_policy_meminfo(0, &f, &t);
+    CHECK_EQ(t, 64 * MiB);
+    CHECK_EQ(f, 24 * MiB);
+}
+
+static void fails_only_when_no_target_has_room(void)
+{
+    const char *kv[] = {"device_limit", "0:64M", "spill", "host", "host_limit", "50M", "promote", "0", NULL};
+    start_policy(kv);
+    uintptr_t a = palloc(30 * MiB), b = palloc(30 * MiB);
+    uintptr_t c = palloc(30 * MiB);          /* one of a, b to host (30M <= 50M) */
+    CHECK(where(a) == GVM_HOST || where(b) == GVM_HOST);
+    uintptr_t p = 0;
+    CHECK_EQ(gvm_policy_alloc(30 * MiB, 0, current_ctx(), 0, &p), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK(intact(c, 0, 0));
+}
+
+static int wait_for(uintptr_t p, int loc)
+{
+    for (int i = 0; i < 400; i++) {
+        if (where(p) == loc) return 1;
+        struct timespec ts = {0, 5000000};
+        nanosleep(&ts, NULL);
+    }
+    return 0;
+}
+
+static void used_spilled_data_is_promoted_when_room_returns(void)
+{
+    const char *kv[] = {"device_limit", "0:64M", "spill", "host", "promote_interval", "5ms", NULL};
+    start_policy(kv);
+    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
+    fill(a, 24 * MiB, 4);
+    touch(b);
+    uintptr_t c = palloc(24 * MiB);
+    CHECK_EQ(where(a), GVM_HOST);
+    CHECK_EQ(gvm_policy_free(c), CUDA_SUCCESS);
+    touch(a);
+    CHECK(wait_for(a, 0));
+    CHECK(intact(a, 24 * MiB, 4));
+    CHECK_EQ(gvm_stats.promotions, 1);
+}
+
+static void unused_spilled_data_stays_out(void)
+{
+    const char *kv[] = {"device_limit", "0:64M", "spill", "host", "promote_interval", "5ms", NULL};
+    start_policy(kv);
+    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
+    touch(b);
+    uintptr_t c = palloc(24 * MiB);
+    CHECK_EQ(where(a), GVM_HOST);
+    gvm_policy_free(c);
+    struct timespec ts = {0, 100000000};
+    nanosleep(&ts, NULL);
+    CHECK_EQ(where(a), GVM_HOST);
+    CHECK_EQ(gvm_stats.promotions, 0);
+}
+
+static void pause_keep_and_resume(void)
+{
+    start_policy(NULL);
+    CHECK_EQ(gvm_tag_push("weights"), GVM_OK);
+    uintptr_t w = palloc(40 * MiB), s = palloc(3000);
+    CHECK_EQ(gvm_tag_pop(), GVM_OK);
+    uintptr_t other = palloc(8 * MiB);
+    fill(w, 40 * MiB, 5);
+    fill(s, 3000 & ~3u, 6);
+    CHECK_EQ(gvm_pause("weights", GVM_PAUSE_KEEP), GVM_OK);
+    CHECK_EQ(where(w), GVM_HOST);
+    CHECK_EQ(where(s), GVM_HOST);
+    CHECK_EQ(where(other), 0);
+    CHECK_EQ(simcuda_phys_bytes(0), 8 * MiB);   /* only the untagged one stays */
+    CHECK(intact(w, 40 * MiB, 5));              /* readable while paused */
+    CHECK_EQ(gvm_migrate((void *)w, 1), GVM_ERR_BUSY);
+    CHECK_EQ(gvm_resume("weights"), GVM_OK);
+    CHECK_EQ(where(w), 0);
+    CHECK(intact(w, 40 * MiB, 5) && intact(s, 3000 & ~3u, 6));
+    CHECK_EQ(gvm_pause("nosuchtag", 0), GVM_OK);
+    CHECK_EQ(gvm_pause("weights", 7), GVM_ERR_INVALID);
+    CHECK_EQ(gvm_tag_pop(), GVM_ERR_INVALID);
+}
+
+static void pause_discard_and_resume_zeroed(void)
+{
+    start_policy(NULL);
+    gvm_tag_push("kv");
+    uintptr_t k = palloc(20 * MiB);
+    gvm_tag_pop();
+    fill(k, 20 * MiB, 7);
+    CHECK_EQ(gvm_pause("kv", GVM_PAUSE_DISCARD), GVM_OK);
+    CHECK_EQ(where(k), GVM_NOWHERE);
+    CHECK_EQ(simcuda_location_of(k), SIMCUDA_LOC_UNMAPPED);
+    CHECK_EQ(simcuda_phys_bytes(0), 0);
+    CHECK_EQ(gvm_resume(NULL), GVM_OK);
+    CHECK_EQ(where(k), 0);
+    for (size_t i = 0; i < 20 * MiB; i += 4096) CHECK_EQ(((unsigned char *)k)[i], 0);
+    CHECK_EQ(gvm_policy_free(k), CUDA_SUCCESS);
+}
+
+static void threshold_rule_places_large_allocations_in_host_memory(void)
+{
+    gvm_config_defaults(&cfg);
+    char err[GVM_CFG_ERR_MAX];
+    CHECK_EQ(gvm_config_parse_text(&cfg,
+                                   "[rule big-in-host]\nsize = 32M-\nplace = host\n"
+                                   "[rule pinned-peer]\ntag = peerdata\nplace = device 1\n"
+                                   "[rule striped]\nsize = 16M-17M\nplace = interleave\n",
+                                   "test.conf", err, sizeof err),
+             0);
+    sim_start(2, 512 * MiB, no_idle_memory);
+    CHECK_EQ(gvm_policy_start(&cfg), CUDA_SUCCESS);
+    uintptr_t big = palloc(40 * MiB), small = palloc(8 * MiB);
+    CHECK_EQ(where(big), GVM_HOST);
+    CHECK_EQ(where(small), 0);
+    gvm_tag_push("peerdata");
+    uintptr_t pd = palloc(4096);
+    gvm_tag_pop();
+    CHECK_EQ(where(pd), 1);
+    uintptr_t st = palloc(16 * MiB);
+    CHECK_EQ(where(st), GVM_MIXED);
+    gvm_info info;
+    CHECK_EQ(gvm_query((void *)big, &info), GVM_OK);
+    CHECK_EQ(info.device, 0);
+    /* Placed by a rule is where it belongs: it is not a spill to undo. */
+    CHECK_EQ(gvm_stats.spills, 0);
+}
+
+static void failure_while_spilling_keeps_data(void)
+{
+    const char *kv[] = {"device_limit", "0:64M", "spill", "host", "promote", "0", NULL};
+    start_policy(kv);
+    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
+    fill(a, 24 * MiB, 8);
+    fill(b, 24 * MiB, 9);
+    CUcontext ctx = current_ctx();
+    for (unsigned long k = 1;; k++) {
+        struct leaks base = leaks_now();
+        uintptr_t c = 0;
+        simcuda_fail_nth(k, CUDA_ERROR_ILLEGAL_STATE);
+        CUresult rc = gvm_policy_alloc(24 * MiB, 0, ctx, 0, &c);
+        simcuda_fail_nth(0, CUDA_SUCCESS);
+        CHECK(intact(a, 24 * MiB, 8) && intact(b, 24 * MiB, 9));
+        if (rc == CUDA_SUCCESS && simcuda_call_count() && k > 200) break;
+        if (rc == CUDA_SUCCESS) {
+            CHECK_EQ(gvm_policy_free(c), CUDA_SUCCESS);
+            /* Bring everything home again for the next round. */
+            CHECK_EQ(gvm_migrate((void *)a, 0), GVM_OK);
+            CHECK_EQ(gvm_migrate((void *)b, 0), GVM_OK);
+            trim_all();
+            if (k > 60) break;
+            continue;
+        }
+        CHECK(rc == CUDA_ERROR_ILLEGAL_STATE || rc == CUDA_ERROR_OUT_OF_MEMORY);
+        CHECK_NO_LEAK(base);
+    }
+}
+
+static const struct test_case cases[] = {
+    TEST_ENTRY(evicts_the_least_recently_used)
+    TEST_ENTRY(a_job_that_fits_never_spills)
+    TEST_ENTRY(place_mode_puts_the_new_allocation_on_the_target)
+    TEST_ENTRY(peer_first_then_host)
+    TEST_ENTRY(spill_off_fails_as_natively)
+    TEST_ENTRY(fails_only_when_no_target_has_room)
+    TEST_ENTRY(used_spilled_data_is_promoted_when_room_returns)
+    TEST_ENTRY(unused_spilled_data_stays_out)
+    TEST_ENTRY(pause_keep_and_resume)
+    TEST_ENTRY(pause_discard_and_resume_zeroed)
+    TEST_ENTRY(threshold_rule_places_large_allocations_in_host_memory)
+    TEST_ENTRY(failure_while_spilling_keeps_data)
+};
+
+int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }
