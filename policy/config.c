@@ -1206,11 +1206,23 @@ static int env_option(const char *name, size_t len)
     return -1;
 }
 
+/* Variables of the same prefix that belong to others: GVM_TEST_* to test
+ * harnesses, and the ones Go Version Manager exports in every shell where
+ * it is sourced (failing every job of its users would help nobody). */
+static bool foreign_env(const char *var)
+{
+    static const char *const names[] = {"GVM_TEST_", "GVM_ROOT=", "GVM_VERSION=",
+                                        "GVM_OVERLAY_PREFIX=", "GVM_PATH_BACKUP=", "GVM_GO_"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!strncmp(var, names[i], strlen(names[i]))) return true;
+    return false;
+}
+
 static int apply_env(struct gvm_config *cfg, char *const *envp, char *err, size_t errlen)
 {
     for (char *const *e = envp; *e; e++) {
         const char *var = *e;
-        if (strncmp(var, "GVM_", 4) != 0 || strncmp(var, "GVM_TEST_", 9) == 0) continue;
+        if (strncmp(var, "GVM_", 4) != 0 || foreign_env(var)) continue;
         const char *eq = strchr(var, '=');
         size_t len = eq ? (size_t)(eq - var) : strlen(var);
         const char *value = eq ? eq + 1 : "";

@@ -552,7 +552,8 @@ static void test_env_names(void)
 
     /* GVM_TEST_* belongs to test harnesses; other prefixes are not ours */
     const char *vars[] = {"GVM_TEST_SIM_DEVICES=4", "GVM_TEST_=x", "NOT_GVM_SPIL=1",
-                          "GVM_SPILL=host", "GVMSPILL=1", NULL};
+                          "GVM_SPILL=host", "GVMSPILL=1", "GVM_ROOT=/home/u/.gvm",
+                          "GVM_VERSION=1.0.22", "GVM_OVERLAY_PREFIX=/x", NULL};
     CHECK(load_envv(vars) == 0);
     CHECK(cfg.spill.n == 1);
     /* a variable without '=' is still ours to judge */
