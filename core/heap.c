@@ -81,6 +81,10 @@ size_t gvm_heap_headroom(size_t rounded)
 
 static unsigned bucket_of(size_t mapped) { return (unsigned)((mapped / gvm_topo.gran) % CACHE_BUCKETS); }
 
+/* A cached region is reused only once the work queued before its free has
+ * finished (topo.h); the wait, when one is needed, is one device sync. */
+static void cache_return(int device, struct gvm_region *r);
+
 static struct gvm_region *cache_take(int device, size_t mapped)
 {
     struct cache *c = &caches[device];
@@ -95,6 +99,10 @@ static struct gvm_region *cache_take(int device, size_t mapped)
         c->bytes -= r->mapped;
     }
     gvm_heap_unlock();
+    if (r && gvm_topo_settle(device, r->freed_at) != CUDA_SUCCESS) {
+        cache_return(device, r);
+        return NULL;
+    }
     return r;
 }
 
@@ -110,6 +118,8 @@ static void cache_unlink(struct cache *c, struct gvm_region *r)
 
 static void region_dispose(struct gvm_region *r)
 {
+    /* Unmapping memory a kernel still reads would kill the kernel. */
+    if (r->state == GVM_REGION_CACHED) gvm_topo_settle(r->device, r->freed_at);
     gvm_region_unpublish(r);
     gvm_region_destroy(r);
     gvm_region_recycle(r);
@@ -138,6 +148,18 @@ static size_t cache_evict(int device, size_t need, size_t limit)
         region_dispose(r);
     }
     return freed;
+}
+
+static void cache_return(int device, struct gvm_region *r)
+{
+    struct cache *c = &caches[device];
+    gvm_heap_lock();
+    unsigned b = bucket_of(r->mapped);
+    r->next = c->bucket[b];
+    c->bucket[b] = r;
+    ring_insert_tail(&c->fifo, r);
+    c->bytes += r->mapped;
+    gvm_heap_unlock();
 }
 
 static bool cache_put(struct gvm_region *r)
@@ -288,22 +310,14 @@ uint64_t gvm_heap_buffer_id(const struct gvm_ref *ref)
 
 /* ---- free ------------------------------------------------------------- */
 
-/* Native cuMemFree waits for the device; unmapping does not, and a kernel
- * still reading unmapped memory dies. So wait here, on the context that
- * allocated (or on every active one when the memory lives elsewhere). */
+/* Memory that is about to be unmapped at once: unmapping does not wait for
+ * kernels (a kernel still reading unmapped memory dies), so wait for the
+ * device that allocated it, or for every active one when the memory lives
+ * elsewhere. */
 static CUresult wait_for_users(struct gvm_region *r)
 {
     if (gvm_region_location(r) != r->device) return gvm_topo_quiesce();
-    CUcontext cur = NULL;
-    CUdevice dev = -1;
-    if (DRV(cuCtxGetCurrent, &cur) == CUDA_SUCCESS && cur && DRV(cuCtxGetDevice, &dev) == CUDA_SUCCESS &&
-        dev == r->device)
-        return DRV(cuCtxSynchronize);
-    CUresult rc = gvm_topo_push(r->device);
-    if (rc != CUDA_SUCCESS) return rc;
-    rc = DRV(cuCtxSynchronize);
-    gvm_topo_pop();
-    return rc;
+    return gvm_topo_sync_device(r->device);
 }
 
 static CUresult free_small(struct gvm_region *r, uintptr_t p)
@@ -313,9 +327,8 @@ static CUresult free_small(struct gvm_region *r, uintptr_t p)
     int slot;
     if (!gvm_slab_find(r, p, &base, &size, &slot)) return CUDA_ERROR_NOT_FOUND;
     if (base != p) return CUDA_ERROR_INVALID_VALUE;
-    CUresult rc = wait_for_users(r);
-    if (rc != CUDA_SUCCESS) return rc;
-    rc = gvm_slab_free(r, p);
+    /* No wait: the slot is not reused before the device settles (slab.c). */
+    CUresult rc = gvm_slab_free(r, p);
     if (rc == CUDA_SUCCESS) gvm_stats_live(r->device, -(int64_t)size);
     return rc;
 }
@@ -323,6 +336,20 @@ static CUresult free_small(struct gvm_region *r, uintptr_t p)
 static CUresult free_large(struct gvm_region *r, uintptr_t p)
 {
     if (p != r->base) return p < r->base + r->size ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_FOUND;
+    bool cacheable = !r->aliases && r->home == r->device && !(r->flags & GVM_RF_PAUSED) &&
+                     gvm_region_location(r) == r->device;
+    if (cacheable) {
+        /* Kept mapped and not reused before the device settles. */
+        r->freed_at = gvm_topo_epoch(r->device);
+        gvm_heap_untrack(r);
+        gvm_stats_live(r->device, -(int64_t)r->size);
+        if (cache_put(r)) return CUDA_SUCCESS;
+        __atomic_store_n(&r->state, GVM_REGION_FREE, __ATOMIC_RELEASE);
+        CUresult rc = gvm_topo_settle(r->device, r->freed_at);
+        if (rc != CUDA_SUCCESS) gvm_warn("waiting for the device before an unmap failed (%d)", rc);
+        region_dispose(r);
+        return CUDA_SUCCESS;
+    }
     CUresult rc = wait_for_users(r);
     if (rc != CUDA_SUCCESS) return rc;
     gvm_heap_untrack(r);
@@ -333,12 +360,8 @@ static CUresult free_large(struct gvm_region *r, uintptr_t p)
         r->flags |= GVM_RF_ORPHAN;
         return CUDA_SUCCESS;
     }
-    bool cacheable = r->home == r->device && !(r->flags & GVM_RF_PAUSED) &&
-                     gvm_region_location(r) == r->device;
-    if (!cacheable || !cache_put(r)) {
-        __atomic_store_n(&r->state, GVM_REGION_FREE, __ATOMIC_RELEASE);
-        region_dispose(r);
-    }
+    __atomic_store_n(&r->state, GVM_REGION_FREE, __ATOMIC_RELEASE);
+    region_dispose(r);
     return CUDA_SUCCESS;
 }
 
@@ -370,6 +393,7 @@ size_t gvm_heap_trim(int loc)
     size_t freed = 0;
     if (loc >= 0) {
         freed += cache_evict(loc, 0, 0);
+        gvm_slab_flush(loc);
         freed += gvm_slab_trim(loc);
     }
     freed += gvm_phys_trim(loc, SIZE_MAX);

@@ -9,6 +9,7 @@
 
 #include <sched.h>
 #include <stdlib.h>
+#include <time.h>
 
 uint64_t gvm_clock;
 
@@ -190,18 +191,30 @@ static void restore_capture(CUstreamCaptureMode m)
     if (gvm_drv.cuThreadExchangeStreamCaptureMode) DRV(cuThreadExchangeStreamCaptureMode, &m);
 }
 
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
 CUresult gvm_move_blocks(struct gvm_region *r, int loc)
 {
     struct plan p = {0};
+    double t0 = now_ms();
     CUresult rc = plan_build(r, loc, &p);
     if (rc != CUDA_SUCCESS || !p.n) {
         plan_free(&p);
         return rc;
     }
+    double t1 = now_ms();
     CUstreamCaptureMode mode = relax_capture();
     rc = gvm_topo_quiesce();
+    double t2 = now_ms();
     if (rc == CUDA_SUCCESS) rc = pipeline(r, &p);
     restore_capture(mode);
+    gvm_debug("move of %#lx to %d: destinations %.2f ms, quiesce %.2f ms, copy+remap %.2f ms",
+              (unsigned long)r->base, loc, t1 - t0, t2 - t1, now_ms() - t2);
     if (rc != CUDA_SUCCESS) {
         rollback(r, &p);
         r->last_error = rc;

@@ -59,6 +59,7 @@ struct gvm_region {
     unsigned flags;
     int paused_loc;              /* where its data waits while paused */
     uint64_t spilled_at;         /* use clock when the policy moved it off its device, 0 if not */
+    uint64_t freed_at;           /* gvm_topo_epoch of its device when the program freed it */
     CUresult last_error;         /* driver error of the last failed operation */
     struct gvm_region *next;     /* free list / cache list */
     struct gvm_region *lru_prev, *lru_next;

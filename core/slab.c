@@ -12,7 +12,19 @@
 
 #define NCLASSES 24
 
+/* Freed slots waiting for the device to settle, per device. */
+#define PENDING_MAX 4096
+struct pending {
+    struct gvm_slab *slab[PENDING_MAX];
+    uint32_t slot[PENDING_MAX];
+    uint64_t stamp;               /* the newest free's epoch */
+    int n;
+};
+
 static pthread_mutex_t slab_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct pending pending[GVM_MAX_DEVICES];
+
+static void flush_locked(int device);
 static struct gvm_slab *lists[GVM_MAX_DEVICES][NCLASSES];
 static size_t idle_bytes[GVM_MAX_DEVICES];
 static uint64_t buffer_ids;
@@ -131,6 +143,11 @@ CUresult gvm_slab_alloc(int device, size_t size, int tag, CUcontext ctx, uintptr
     pthread_mutex_lock(&slab_lock);
     struct gvm_slab *s = lists[device][cidx];
     while (s && !slab_usable(s, tag)) s = s->next;
+    if (!s && pending[device].n) {
+        /* Rather than a new chunk: the slots freed earlier, once settled. */
+        flush_locked(device);
+        for (s = lists[device][cidx]; s && !slab_usable(s, tag);) s = s->next;
+    }
     CUresult rc = CUDA_SUCCESS;
     if (!s) {
         rc = slab_new(device, cidx, tag, ctx, &s);
@@ -170,6 +187,53 @@ static void release_slot(struct gvm_slab *s, unsigned i)
     if (++s->nfree == s->nslots) idle_bytes[s->device] += s->chunk->mapped;
 }
 
+static void maybe_drop_chunk(struct gvm_slab *s);
+
+/* Makes every pending slot of device free once the device settled (waits
+ * if it has not). Called with slab_lock held. */
+static void flush_locked(int device)
+{
+    struct pending *pd = &pending[device];
+    if (!pd->n) return;
+    CUresult rc = gvm_topo_settle(device, pd->stamp);
+    if (rc != CUDA_SUCCESS) {
+        gvm_warn("waiting for device %d failed (%d); freed small blocks stay unused", device, rc);
+        return;
+    }
+    for (int i = 0; i < pd->n; i++) {
+        struct gvm_slab *s = pd->slab[i];
+        release_slot(s, pd->slot[i]);
+        s->flushing = 1;
+    }
+    int n = pd->n;
+    pd->n = 0;
+    /* Chunks that became empty may go now (each looked at once). */
+    for (int i = 0; i < n; i++) {
+        struct gvm_slab *s = pd->slab[i];
+        if (!s->flushing) continue;
+        s->flushing = 0;
+        maybe_drop_chunk(s);
+    }
+}
+
+/* Called with slab_lock held. */
+static void make_pending(struct gvm_slab *s, unsigned slot)
+{
+    struct pending *pd = &pending[s->device];
+    if (pd->n == PENDING_MAX) flush_locked(s->device);
+    if (pd->n == PENDING_MAX) return;   /* the device failed: the slot stays taken */
+    pd->slab[pd->n] = s;
+    pd->slot[pd->n++] = slot;
+    pd->stamp = gvm_topo_epoch(s->device);
+}
+
+void gvm_slab_flush(int device)
+{
+    pthread_mutex_lock(&slab_lock);
+    flush_locked(device);
+    pthread_mutex_unlock(&slab_lock);
+}
+
 /* Keeps one empty chunk per class for reuse; destroys the others. Called
  * with slab_lock held. */
 static void maybe_drop_chunk(struct gvm_slab *s)
@@ -200,10 +264,7 @@ CUresult gvm_slab_free(struct gvm_region *r, uintptr_t p)
         return CUDA_ERROR_INVALID_VALUE;
     }
     __atomic_store_n(&s->sizes[i], 0, __ATOMIC_RELEASE);
-    if (!s->aliased[i]) {
-        release_slot(s, (unsigned)i);
-        maybe_drop_chunk(s);
-    }
+    if (!s->aliased[i]) make_pending(s, (unsigned)i);
     pthread_mutex_unlock(&slab_lock);
     return CUDA_SUCCESS;
 }
@@ -216,7 +277,7 @@ void gvm_slab_alias_ref(struct gvm_region *r, int slot, int delta)
     /* The program freed the slot while an alias showed it: free it now. */
     if (!s->aliased[slot] && !s->sizes[slot] &&
         (__atomic_load_n(&s->bits[slot / 64], __ATOMIC_RELAXED) & (1ull << (slot % 64))))
-        release_slot(s, (unsigned)slot);
+        make_pending(s, (unsigned)slot);
     pthread_mutex_unlock(&slab_lock);
 }
 

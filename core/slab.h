@@ -19,13 +19,16 @@ struct gvm_slab {
     uint32_t *sizes;            /* requested bytes per slot, 0 = free */
     uint64_t *ids;              /* buffer id per slot */
     uint16_t *aliased;          /* aliases per slot: a freed aliased slot stays taken */
+    int flushing;               /* scratch mark while pending slots are released */
     struct gvm_slab *next, *prev;   /* the (device, class) list */
 };
 
 /* Serves `size` bytes (<= small_max) on device from a chunk of tag `tag`. */
 CUresult gvm_slab_alloc(int device, size_t size, int tag, CUcontext ctx, uintptr_t *out);
 
-/* Frees the slot at p (the slot's base) in chunk r. Returns
+/* Frees the slot at p (the slot's base) in chunk r: it becomes pending,
+ * reused only after a device-wide wait that began after the free (so no
+ * kernel queued before the free can see a new owner's data). Returns
  * CUDA_ERROR_INVALID_VALUE for an address that is not a live slot base. */
 CUresult gvm_slab_free(struct gvm_region *r, uintptr_t p);
 
@@ -37,6 +40,9 @@ void gvm_slab_alias_ref(struct gvm_region *r, int slot, int delta);
 
 /* Bytes of empty chunks kept for reuse on device (they count as free). */
 size_t gvm_slab_idle_bytes(int device);
+
+/* Waits for device and makes its pending slots free. */
+void gvm_slab_flush(int device);
 
 /* Gives back every empty chunk of device (when memory runs short). */
 size_t gvm_slab_trim(int device);

@@ -178,8 +178,63 @@ static bool ctx_active(int dev)
     return active != 0;
 }
 
+uint64_t gvm_topo_epoch(int dev) { return __atomic_load_n(&gvm_topo.dev[dev].syncs_started, __ATOMIC_ACQUIRE); }
+
+bool gvm_topo_settled(int dev, uint64_t stamp)
+{
+    return __atomic_load_n(&gvm_topo.dev[dev].syncs_done, __ATOMIC_ACQUIRE) > stamp;
+}
+
+static void sync_finished(int dev, uint64_t ticket)
+{
+    uint64_t done = __atomic_load_n(&gvm_topo.dev[dev].syncs_done, __ATOMIC_RELAXED);
+    while (done < ticket && !__atomic_compare_exchange_n(&gvm_topo.dev[dev].syncs_done, &done, ticket, 1,
+                                                         __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+    }
+}
+
+static CUresult current_device(int *dev)
+{
+    CUcontext cur = NULL;
+    CUdevice d = -1;
+    *dev = -1;
+    CUresult rc = DRV(cuCtxGetCurrent, &cur);
+    if (rc != CUDA_SUCCESS || !cur) return rc;
+    rc = DRV(cuCtxGetDevice, &d);
+    if (rc == CUDA_SUCCESS) *dev = d;
+    return rc;
+}
+
+CUresult gvm_topo_sync_device(int dev)
+{
+    uint64_t ticket = __atomic_add_fetch(&gvm_topo.dev[dev].syncs_started, 1, __ATOMIC_ACQ_REL);
+    int cur = -1;
+    CUresult rc = current_device(&cur);
+    if (rc != CUDA_SUCCESS) return rc;
+    if (cur == dev && (rc = DRV(cuCtxSynchronize)) != CUDA_SUCCESS) return rc;
+    /* The primary context too, unless it is the one just synchronized. */
+    CUcontext c = NULL, primary = NULL;
+    if (cur == dev) DRV(cuCtxGetCurrent, &c);
+    if (ctx_active(dev) && gvm_topo_ctx(dev, &primary) == CUDA_SUCCESS && primary != c) {
+        if ((rc = gvm_topo_push(dev)) != CUDA_SUCCESS) return rc;
+        rc = DRV(cuCtxSynchronize);
+        gvm_topo_pop();
+        if (rc != CUDA_SUCCESS) return rc;
+    }
+    sync_finished(dev, ticket);
+    return CUDA_SUCCESS;
+}
+
+CUresult gvm_topo_settle(int dev, uint64_t stamp)
+{
+    return gvm_topo_settled(dev, stamp) ? CUDA_SUCCESS : gvm_topo_sync_device(dev);
+}
+
 CUresult gvm_topo_quiesce(void)
 {
+    uint64_t ticket[GVM_MAX_DEVICES];
+    for (int d = 0; d < gvm_topo.ndev; d++)
+        ticket[d] = __atomic_add_fetch(&gvm_topo.dev[d].syncs_started, 1, __ATOMIC_ACQ_REL);
     CUresult rc = DRV(cuCtxSynchronize);
     if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_INVALID_CONTEXT) return rc;
     for (int d = 0; d < gvm_topo.ndev; d++) {
@@ -189,5 +244,6 @@ CUresult gvm_topo_quiesce(void)
         gvm_topo_pop();
         if (rc != CUDA_SUCCESS) return rc;
     }
+    for (int d = 0; d < gvm_topo.ndev; d++) sync_finished(d, ticket[d]);
     return CUDA_SUCCESS;
 }

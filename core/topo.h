@@ -9,6 +9,7 @@
 #include "core/stats.h"
 
 #include <stdbool.h>
+#include <stdint.h>
 
 struct gvm_device {
     bool vmm;             /* can be served; otherwise its allocations pass through */
@@ -19,6 +20,8 @@ struct gvm_device {
     CUcontext ctx;        /* primary context, retained on first use */
     CUstream stream;      /* gvmshim's copy stream in ctx */
     CUevent events[2];    /* double buffer for pipelined moves */
+    uint64_t syncs_started;   /* device-wide waits begun ... */
+    uint64_t syncs_done;      /* ... and the highest of them finished */
 };
 
 struct gvm_topo {
@@ -52,6 +55,20 @@ void gvm_topo_pop(void);
 
 /* dev's copy stream and events, created on first use (dev's ctx current). */
 CUresult gvm_topo_stream(int dev, CUstream *stream);
+
+/* Memory freed by the program may still be read by work queued before the
+ * free. Instead of waiting at every free, freed memory is stamped with
+ * gvm_topo_epoch() and kept from reuse or unmapping until a device-wide
+ * wait that began after the free has finished (gvm_topo_settled). */
+uint64_t gvm_topo_epoch(int dev);
+bool gvm_topo_settled(int dev, uint64_t stamp);
+
+/* Waits for all work queued on device dev (the calling thread's context if
+ * it is on dev, and dev's primary context). */
+CUresult gvm_topo_sync_device(int dev);
+
+/* Waits, unless a wait begun after `stamp` already finished. */
+CUresult gvm_topo_settle(int dev, uint64_t stamp);
 
 /* Waits for all work queued on every device whose primary context is
  * active (and on the calling thread's current context): after it returns,

@@ -52,6 +52,7 @@ static void small_allocations_share_a_chunk(void)
     for (int i = 0; i < 100; i++) CHECK_EQ(((unsigned char *)p[i])[999], i);
     CHECK_EQ(gvm_heap_free(p[5] + 8), CUDA_ERROR_INVALID_VALUE);
     for (int i = 0; i < 100; i++) CHECK_EQ(gvm_heap_free(p[i]), CUDA_SUCCESS);
+    gvm_slab_flush(0);
     CHECK(gvm_heap_idle_bytes(0) >= 2 * MiB);  /* the empty chunk waits for reuse */
     CHECK_NO_LEAK(base);
 }
@@ -68,6 +69,49 @@ static void freed_regions_are_reused_without_driver_calls(void)
     CHECK_EQ(simcuda_calls_of("cuMemCreate"), 0);
     CHECK_EQ(simcuda_calls_of("cuMemMap"), 0);
     CHECK_EQ(gvm_heap_free(q), CUDA_SUCCESS);
+}
+
+/* Freed memory is not handed out again before work queued ahead of the free
+ * is done: a freed slot waits for a device-wide sync begun after the free,
+ * and frees themselves do not wait (one sync serves thousands of frees). */
+static void freed_small_blocks_wait_for_the_device(void)
+{
+    start2();
+    uintptr_t a = sim_alloc(256);
+    simcuda_reset_counts();
+    CHECK_EQ(gvm_heap_free(a), CUDA_SUCCESS);
+    CHECK_EQ(simcuda_calls_of("cuCtxSynchronize"), 0);
+    uintptr_t b = sim_alloc(256);
+    CHECK(b != a);                        /* a is still pending */
+    /* Fill the chunk: when no free slot is left the pending ones are
+     * released after one sync rather than a new chunk made. */
+    size_t slots = 2 * MiB / 256;
+    uintptr_t *q = calloc(slots, sizeof *q);
+    for (size_t i = 0; i < slots - 2; i++) q[i] = sim_alloc(256);
+    simcuda_reset_counts();
+    uintptr_t c = sim_alloc(256);
+    CHECK_EQ(c, a);
+    CHECK(simcuda_calls_of("cuCtxSynchronize") >= 1);
+    CHECK_EQ(simcuda_calls_of("cuMemCreate"), 0);
+    free(q);
+}
+
+static void freed_large_regions_wait_for_the_device(void)
+{
+    start2();
+    uintptr_t p = sim_alloc(64 * MiB);
+    simcuda_reset_counts();
+    CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
+    CHECK_EQ(simcuda_calls_of("cuCtxSynchronize"), 0);
+    uintptr_t q = sim_alloc(64 * MiB);
+    CHECK_EQ(q, p);
+    CHECK_EQ(simcuda_calls_of("cuCtxSynchronize"), 1);   /* settled before reuse */
+    /* A sync that began after the free already counts: no second wait. */
+    CHECK_EQ(gvm_heap_free(q), CUDA_SUCCESS);
+    CHECK_EQ(gvm_topo_sync_device(0), CUDA_SUCCESS);
+    simcuda_reset_counts();
+    CHECK_EQ(sim_alloc(64 * MiB), p);
+    CHECK_EQ(simcuda_calls_of("cuCtxSynchronize"), 0);
 }
 
 static void out_of_memory_is_the_native_error(void)
@@ -439,6 +483,8 @@ static const struct test_case cases[] = {
     TEST_ENTRY(large_alloc_lookup_free)
     TEST_ENTRY(small_allocations_share_a_chunk)
     TEST_ENTRY(freed_regions_are_reused_without_driver_calls)
+    TEST_ENTRY(freed_small_blocks_wait_for_the_device)
+    TEST_ENTRY(freed_large_regions_wait_for_the_device)
     TEST_ENTRY(out_of_memory_is_the_native_error)
     TEST_ENTRY(alloc_failure_at_every_call)
     TEST_ENTRY(migrate_round_trip_keeps_data)
