@@ -29,8 +29,6 @@ CUresult gvm_policy_start(const struct gvm_config *cfg)
     return CUDA_SUCCESS;
 }
 
-bool gvm_policy_tracks_launches(void) { return gvm_policy.tracking; }
-
 /* Bytes the program's allocations occupy at loc, plus what gvmshim keeps
  * idle there (it occupies the device all the same). */
 size_t gvm_policy_usage(int loc)

@@ -23,9 +23,6 @@ CUresult gvm_policy_free(uintptr_t p);
 /* Adjusts cuMemGetInfo's answer for device. */
 void gvm_policy_meminfo(int device, size_t *free_bytes, size_t *total_bytes);
 
-/* True while kernel launches are scanned for recency. */
-bool gvm_policy_tracks_launches(void);
-
 /* Tags: names to small ids (0 = untagged); the calling thread's tag. */
 int gvm_policy_current_tag(void);
 int gvm_tag_id(const char *name, bool create);

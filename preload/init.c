@@ -48,6 +48,12 @@ bool gvm_shim_loading(void) { return loading; }
 
 bool gvm_cfg_disabled(void) { return gvm_cfg.disable; }
 
+bool gvm_shim_tracks_launches(void)
+{
+    return gvm_cfg.track_launches == GVM_CFG_TRACK_ON ||
+           (gvm_cfg.track_launches == GVM_CFG_TRACK_AUTO && gvm_cfg.spill.n > 0);
+}
+
 bool gvm_shim_driver(void)
 {
     int st = __atomic_load_n(&driver_state, __ATOMIC_ACQUIRE);

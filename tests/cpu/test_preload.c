@@ -376,6 +376,46 @@ static int disabled_workload(void)
     return 0;
 }
 
+/* With spilling on, launches are interposed and their arguments scanned:
+ * an allocation a kernel used is not the one evicted. */
+static int tracking_workload(void)
+{
+    start();
+    void *(*make)(void (*)(void **), unsigned, const size_t *) = sim_fn("simcuda_function");
+    size_t sizes[2] = {8, 4};
+    CUfunction k = (CUfunction)make(NULL, 2, sizes);
+    RES(cuLaunchKernel, "cuLaunchKernel", 4000, 0);
+    CHECK(!strcmp(object_of((void *)cuLaunchKernel_p), "shim"));
+    CUdeviceptr a, b, c;
+    CHECK_EQ(D(cuMemAlloc_v2, &a, 24 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAlloc_v2, &b, 24 * MiB), CUDA_SUCCESS);
+    CUdeviceptr arg = a + 4096;
+    int n = 1;
+    void *params[] = {&arg, &n};
+    CHECK_EQ(cuLaunchKernel_p(k, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAlloc_v2, &c, 24 * MiB), CUDA_SUCCESS);   /* over the 64M limit */
+    gvm_status (*query)(const void *, gvm_info *) = dlsym(RTLD_DEFAULT, "gvm_query");
+    gvm_info ia, ib;
+    CHECK_EQ(query((void *)a, &ia), GVM_OK);
+    CHECK_EQ(query((void *)b, &ib), GVM_OK);
+    CHECK_EQ(ia.location, 0);
+    CHECK_EQ(ib.location, GVM_HOST);
+    return 0;
+}
+
+static int untracked_workload(void)
+{
+    open_driver();
+    CHECK(!strcmp(object_of(resolve("cuLaunchKernel", 4000, 0)), "sim"));
+    return 0;
+}
+
+static void launches_are_scanned_when_spilling(void)
+{
+    CHECK_EQ(run_self("tracking", "GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", NULL, 0), 0);
+    CHECK_EQ(run_self("untracked", "GVM_TRACK_LAUNCHES=off", "GVM_SPILL=host", NULL, 0), 0);
+}
+
 static void stats_json_is_written_at_exit(void)
 {
     char path[64], env[96];
@@ -435,6 +475,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(no_context_is_the_native_error)
     TEST_ENTRY(cached_memory_counts_as_free)
     TEST_ENTRY(copies_during_migrations_lose_nothing)
+    TEST_ENTRY(launches_are_scanned_when_spilling)
     TEST_ENTRY(stats_json_is_written_at_exit)
     TEST_ENTRY(stats_text_goes_to_stderr)
     TEST_ENTRY(disable_makes_a_pure_pass_through)
@@ -447,6 +488,8 @@ int main(int argc, char **argv)
     if (argc == 3 && !strcmp(argv[1], "--mode")) {
         if (!strcmp(argv[2], "workload")) exit(workload());
         if (!strcmp(argv[2], "disabled")) exit(disabled_workload());
+        if (!strcmp(argv[2], "tracking")) exit(tracking_workload());
+        if (!strcmp(argv[2], "untracked")) exit(untracked_workload());
         return 2;
     }
     return run_cases(cases, sizeof cases / sizeof *cases, argc, argv);
