@@ -81,15 +81,14 @@ static CUresult plan_build(struct gvm_region *r, int loc, struct plan *p)
     if (!p->idx || !p->dst || !p->old) return CUDA_ERROR_OUT_OF_MEMORY;
     for (int i = 0; i < r->nblocks; i++)
         if (r->blocks[i].phys && r->blocks[i].phys->loc != loc) p->idx[p->n++] = i;
+    if (!p->n) return CUDA_SUCCESS;
     /* All destinations before touching anything: failing here is free. */
-    for (int k = 0; k < p->n; k++) {
-        CUresult rc = gvm_phys_get(loc, r->blocks[p->idx[k]].size, true, &p->dst[k]);
-        if (rc != CUDA_SUCCESS) {
-            while (k--) gvm_phys_put(p->dst[k]);
-            return rc;
-        }
-    }
-    return CUDA_SUCCESS;
+    size_t *sizes = calloc((size_t)p->n, sizeof *sizes);
+    if (!sizes) return CUDA_ERROR_OUT_OF_MEMORY;
+    for (int k = 0; k < p->n; k++) sizes[k] = r->blocks[p->idx[k]].size;
+    CUresult rc = gvm_phys_get_many(loc, sizes, p->n, true, p->dst);
+    free(sizes);
+    return rc;
 }
 
 /* The device whose copy engine moves a block from src to dst. */

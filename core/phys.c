@@ -123,6 +123,86 @@ CUresult gvm_phys_get(int loc, size_t size, bool staging, struct gvm_phys **out)
     return CUDA_SUCCESS;
 }
 
+#define CREATE_THREADS 8
+
+struct create_job {
+    int loc;
+    bool staging;
+    const size_t *sizes;
+    struct gvm_phys **out;
+    int *todo;            /* indices still to create */
+    int ntodo;
+    int next;             /* shared cursor into todo */
+    CUresult rc;
+};
+
+static void *create_worker(void *arg)
+{
+    struct create_job *j = arg;
+    for (;;) {
+        int k = __atomic_fetch_add(&j->next, 1, __ATOMIC_RELAXED);
+        if (k >= j->ntodo || __atomic_load_n(&j->rc, __ATOMIC_RELAXED) != CUDA_SUCCESS) break;
+        int i = j->todo[k];
+        CUresult rc = gvm_phys_create(j->loc, j->sizes[i], &j->out[i]);
+        if (rc == CUDA_SUCCESS && j->staging) {
+            rc = map_staging(j->out[i]);
+            if (rc != CUDA_SUCCESS) {
+                gvm_phys_destroy(j->out[i]);
+                j->out[i] = NULL;
+            }
+        }
+        if (rc != CUDA_SUCCESS) {
+            CUresult ok = CUDA_SUCCESS;
+            __atomic_compare_exchange_n(&j->rc, &ok, rc, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
+        }
+    }
+    return NULL;
+}
+
+static CUresult create_parallel(struct create_job *j)
+{
+    pthread_t t[CREATE_THREADS];
+    int nt = j->ntodo < CREATE_THREADS ? j->ntodo : CREATE_THREADS, started = 0;
+    for (; started < nt - 1; started++)
+        if (pthread_create(&t[started], NULL, create_worker, j)) break;
+    create_worker(j);    /* this thread works too */
+    for (int i = 0; i < started; i++) pthread_join(t[i], NULL);
+    return j->rc;
+}
+
+CUresult gvm_phys_get_many(int loc, const size_t *sizes, int n, bool staging, struct gvm_phys **out)
+{
+    int *todo = calloc((size_t)n + 1, sizeof *todo);
+    if (!todo) return CUDA_ERROR_OUT_OF_MEMORY;
+    struct create_job j = {.loc = loc, .staging = staging, .sizes = sizes, .out = out, .todo = todo};
+    CUresult rc = CUDA_SUCCESS;
+    for (int i = 0; i < n; i++) {
+        out[i] = pool_take(loc, sizes[i], staging);
+        if (!out[i]) todo[j.ntodo++] = i;
+        else if (staging && !out[i]->staging && (rc = map_staging(out[i])) != CUDA_SUCCESS) break;
+    }
+    if (rc == CUDA_SUCCESS && j.ntodo) {
+        rc = j.ntodo == 1 ? CUDA_SUCCESS : create_parallel(&j);
+        if (j.ntodo == 1) {
+            int i = todo[0];
+            rc = gvm_phys_get(loc, sizes[i], staging, &out[i]);
+        }
+    }
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY && j.ntodo > 1 && gvm_phys_trim(loc, SIZE_MAX)) {
+        /* Pooled pieces of other sizes were in the way: one more go, serially. */
+        rc = CUDA_SUCCESS;
+        for (int k = 0; k < j.ntodo && rc == CUDA_SUCCESS; k++)
+            if (!out[todo[k]]) rc = gvm_phys_get(loc, sizes[todo[k]], staging, &out[todo[k]]);
+    }
+    if (rc != CUDA_SUCCESS)
+        for (int i = 0; i < n; i++) {
+            gvm_phys_put(out[i]);
+            out[i] = NULL;
+        }
+    free(todo);
+    return rc;
+}
+
 void gvm_phys_put(struct gvm_phys *p)
 {
     if (!p) return;

@@ -30,6 +30,12 @@ void gvm_phys_destroy(struct gvm_phys *p);
  * staging, it also comes mapped at a staging address. */
 CUresult gvm_phys_get(int loc, size_t size, bool staging, struct gvm_phys **out);
 
+/* n handles at loc of the given sizes, as gvm_phys_get would give them,
+ * pooled ones first; the missing ones are created by several threads at
+ * once (pinning host memory is the slow part of a first move, and the
+ * kernel does it in parallel). On failure nothing is kept. */
+CUresult gvm_phys_get_many(int loc, const size_t *sizes, int n, bool staging, struct gvm_phys **out);
+
 /* Gives a handle back: kept in its location's pool while under the pool
  * limit, destroyed otherwise. */
 void gvm_phys_put(struct gvm_phys *p);
