@@ -19,7 +19,7 @@ static inline void count_pass(struct gvm_region *a, struct gvm_region *b)
         gvm_hook_count(GVM_FN_##fn);                                           \
         struct gvm_region *a_ = use_a(pa), *b_ = use_b(pb);                    \
         count_pass(a_, b_);                                                    \
-        CUresult rc_ = gvm_drv.fn args;                                        \
+        CUresult rc_ = GVM_REAL(fn) args;                                        \
         gvm_use_end(a_);                                                       \
         gvm_use_end(b_);                                                       \
         return rc_;                                                            \
@@ -81,7 +81,7 @@ static struct gvm_region *use_side(CUmemorytype type, CUdeviceptr dev, const voi
             b_ = use_side((desc)->dstMemoryType, (desc)->dstDevice, (desc)->dstHost); \
         }                                                                      \
         count_pass(a_, b_);                                                    \
-        CUresult rc_ = gvm_drv.fn args;                                        \
+        CUresult rc_ = GVM_REAL(fn) args;                                        \
         gvm_use_end(a_);                                                       \
         gvm_use_end(b_);                                                       \
         return rc_;                                                            \
@@ -133,14 +133,14 @@ GVM_EXPORT CUresult CUDAAPI cuMemcpyBatchAsync_v2(CUdeviceptr *d, CUdeviceptr *s
                                                   CUmemcpyAttributes *a, size_t *i, size_t n,
                                                   CUstream st)
 {
-    return batch(GVM_FN_cuMemcpyBatchAsync_v2, gvm_drv.cuMemcpyBatchAsync_v2, d, s, z, c, a, i, n, st);
+    return batch(GVM_FN_cuMemcpyBatchAsync_v2, GVM_REAL(cuMemcpyBatchAsync_v2), d, s, z, c, a, i, n, st);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *d, CUdeviceptr *s, size_t *z,
                                                        size_t c, CUmemcpyAttributes *a, size_t *i,
                                                        size_t n, CUstream st)
 {
-    return batch(GVM_FN_cuMemcpyBatchAsync_v2_ptsz, gvm_drv.cuMemcpyBatchAsync_v2_ptsz, d, s, z, c, a, i,
+    return batch(GVM_FN_cuMemcpyBatchAsync_v2_ptsz, GVM_REAL(cuMemcpyBatchAsync_v2_ptsz), d, s, z, c, a, i,
                  n, st);
 }
 
@@ -152,7 +152,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *d, CUdevicep
         gvm_hook_count(GVM_FN_##fn);                                           \
         struct gvm_region *a_ = gvm_shim_use(dst);                             \
         count_pass(a_, NULL);                                                  \
-        CUresult rc_ = gvm_drv.fn args;                                        \
+        CUresult rc_ = GVM_REAL(fn) args;                                        \
         gvm_use_end(a_);                                                       \
         return rc_;                                                            \
     }

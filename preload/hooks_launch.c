@@ -35,9 +35,9 @@ static int query_params(void *fn, uint32_t *sizes)
     for (; n < MAX_PARAMS; n++) {
         size_t off, sz;
         CUresult rc = CUDA_ERROR_NOT_SUPPORTED;
-        if (gvm_drv.cuFuncGetParamInfo) rc = gvm_drv.cuFuncGetParamInfo((CUfunction)fn, (size_t)n, &off, &sz);
+        if (gvm_drv.cuFuncGetParamInfo) rc = GVM_REAL(cuFuncGetParamInfo)((CUfunction)fn, (size_t)n, &off, &sz);
         if (rc != CUDA_SUCCESS && gvm_drv.cuKernelGetParamInfo)
-            rc = gvm_drv.cuKernelGetParamInfo((CUkernel)fn, (size_t)n, &off, &sz);
+            rc = GVM_REAL(cuKernelGetParamInfo)((CUkernel)fn, (size_t)n, &off, &sz);
         if (rc != CUDA_SUCCESS) break;
         sizes[n] = (uint32_t)sz;
     }
@@ -96,7 +96,8 @@ static void scan_bytes(struct used *u, const unsigned char *p, size_t len)
 static void scan(struct used *u, void *fn, void **params, void **extra)
 {
     u->n = 0;
-    if (!gvm_shim_active()) return;
+    /* Linked programs reach these hooks directly: scan only when asked. */
+    if (!gvm_shim_active() || !gvm_shim_tracks_launches()) return;
     gvm_stat_inc(launches_scanned);
     size_t budget = SCAN_LIMIT;
     if (params) {
@@ -132,7 +133,7 @@ static void release(struct used *u)
         gvm_hook_count(GVM_FN_##fn);                                           \
         struct used u;                                                         \
         scan(&u, (void *)f, params, extra);                                    \
-        CUresult rc = gvm_drv.fn(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra); \
+        CUresult rc = GVM_REAL(fn)(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra); \
         release(&u);                                                           \
         return rc;                                                             \
     }
@@ -146,7 +147,7 @@ LAUNCH_HOOK(cuLaunchKernel_ptsz)
         gvm_hook_count(GVM_FN_##fn);                                           \
         struct used u;                                                         \
         scan(&u, (void *)f, params, extra);                                    \
-        CUresult rc = gvm_drv.fn(cfg, f, params, extra);                       \
+        CUresult rc = GVM_REAL(fn)(cfg, f, params, extra);                       \
         release(&u);                                                           \
         return rc;                                                             \
     }
@@ -161,7 +162,7 @@ LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz)
         gvm_hook_count(GVM_FN_##fn);                                           \
         struct used u;                                                         \
         scan(&u, (void *)f, params, NULL);                                     \
-        CUresult rc = gvm_drv.fn(f, gx, gy, gz, bx, by, bz, shmem, s, params); \
+        CUresult rc = GVM_REAL(fn)(f, gx, gy, gz, bx, by, bz, shmem, s, params); \
         release(&u);                                                           \
         return rc;                                                             \
     }
@@ -176,7 +177,7 @@ COOP_HOOK(cuLaunchCooperativeKernel_ptsz)
     {                                                                          \
         gvm_hook_count(GVM_FN_##fn);                                           \
         gvm_move_gate_enter();                                                 \
-        CUresult rc = gvm_drv.fn(g, s);                                        \
+        CUresult rc = GVM_REAL(fn)(g, s);                                        \
         gvm_move_gate_leave();                                                 \
         return rc;                                                             \
     }

@@ -6,11 +6,11 @@
 /* The device of the current context, as native allocation calls need it. */
 static CUresult current_device(CUcontext *ctx, int *dev)
 {
-    CUresult rc = gvm_drv.cuCtxGetCurrent(ctx);
+    CUresult rc = GVM_REAL(cuCtxGetCurrent)(ctx);
     if (rc != CUDA_SUCCESS) return rc;
     if (!*ctx) return CUDA_ERROR_INVALID_CONTEXT;
     CUdevice d;
-    rc = gvm_drv.cuCtxGetDevice(&d);
+    rc = GVM_REAL(cuCtxGetDevice)(&d);
     *dev = d;
     return rc;
 }
@@ -34,11 +34,11 @@ static CUresult serve(size_t size, CUdeviceptr *out)
 GVM_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
     gvm_hook_count(GVM_FN_cuMemAlloc_v2);
-    if (!dptr) return gvm_drv.cuMemAlloc_v2(dptr, bytesize);
+    if (!dptr) return GVM_REAL(cuMemAlloc_v2)(dptr, bytesize);
     CUresult rc = serve(bytesize, dptr);
     if (rc != CUDA_ERROR_NOT_SUPPORTED) return rc;
     gvm_stat_inc(passthrough_calls);
-    return gvm_drv.cuMemAlloc_v2(dptr, bytesize);
+    return GVM_REAL(cuMemAlloc_v2)(dptr, bytesize);
 }
 
 /* Pitched rows start on 512-byte boundaries, the alignment cudaMallocPitch
@@ -59,7 +59,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch,
         }
     }
     gvm_stat_inc(passthrough_calls);
-    return gvm_drv.cuMemAllocPitch_v2(dptr, pitch, width, height, elem);
+    return GVM_REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, elem);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
@@ -70,7 +70,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
         if (rc != CUDA_ERROR_NOT_FOUND) return rc;
     }
     gvm_stat_inc(passthrough_calls);
-    return gvm_drv.cuMemFree_v2(dptr);
+    return GVM_REAL(cuMemFree_v2)(dptr);
 }
 
 /* Stream-ordered allocations stay with the driver's pools: their memory
@@ -91,7 +91,7 @@ static CUresult free_async(__typeof__(cuMemFreeAsync) *real, enum gvm_driver_fn 
     if (p && gvm_shim_active()) {
         struct gvm_ref ref;
         if (gvm_heap_find((uintptr_t)p, &ref)) {
-            CUresult rc = gvm_drv.cuStreamSynchronize(s);
+            CUresult rc = GVM_REAL(cuStreamSynchronize)(s);
             return rc == CUDA_SUCCESS ? gvm_policy_free((uintptr_t)p) : rc;
         }
     }
@@ -101,22 +101,22 @@ static CUresult free_async(__typeof__(cuMemFreeAsync) *real, enum gvm_driver_fn 
 
 GVM_EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s)
 {
-    return alloc_async(gvm_drv.cuMemAllocAsync, GVM_FN_cuMemAllocAsync, p, n, s);
+    return alloc_async(GVM_REAL(cuMemAllocAsync), GVM_FN_cuMemAllocAsync, p, n, s);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s)
 {
-    return alloc_async(gvm_drv.cuMemAllocAsync_ptsz, GVM_FN_cuMemAllocAsync_ptsz, p, n, s);
+    return alloc_async(GVM_REAL(cuMemAllocAsync_ptsz), GVM_FN_cuMemAllocAsync_ptsz, p, n, s);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr p, CUstream s)
 {
-    return free_async(gvm_drv.cuMemFreeAsync, GVM_FN_cuMemFreeAsync, p, s);
+    return free_async(GVM_REAL(cuMemFreeAsync), GVM_FN_cuMemFreeAsync, p, s);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
 {
-    return free_async(gvm_drv.cuMemFreeAsync_ptsz, GVM_FN_cuMemFreeAsync_ptsz, p, s);
+    return free_async(GVM_REAL(cuMemFreeAsync_ptsz), GVM_FN_cuMemFreeAsync_ptsz, p, s);
 }
 
 /* Memory gvmshim holds but the program does not use counts as free; a
@@ -125,7 +125,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total_by
 {
     gvm_hook_count(GVM_FN_cuMemGetInfo_v2);
     size_t f = 0, t = 0;
-    CUresult rc = gvm_drv.cuMemGetInfo_v2(&f, &t);
+    CUresult rc = GVM_REAL(cuMemGetInfo_v2)(&f, &t);
     if (rc == CUDA_SUCCESS && gvm_shim_active()) {
         CUcontext ctx;
         int dev;

@@ -13,7 +13,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *
         return CUDA_SUCCESS;
     }
     gvm_stat_inc(passthrough_calls);
-    return gvm_drv.cuMemGetAddressRange_v2(pbase, psize, dptr);
+    return GVM_REAL(cuMemGetAddressRange_v2)(pbase, psize, dptr);
 }
 
 /* Writes our answer for attr, or returns false to let the driver answer
@@ -43,14 +43,14 @@ GVM_EXPORT CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribut
     } else {
         gvm_stat_inc(passthrough_calls);
     }
-    return gvm_drv.cuPointerGetAttribute(data, attr, ptr);
+    return GVM_REAL(cuPointerGetAttribute)(data, attr, ptr);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int n, CUpointer_attribute *attrs, void **data,
                                                    CUdeviceptr ptr)
 {
     gvm_hook_count(GVM_FN_cuPointerGetAttributes);
-    CUresult rc = gvm_drv.cuPointerGetAttributes(n, attrs, data, ptr);
+    CUresult rc = GVM_REAL(cuPointerGetAttributes)(n, attrs, data, ptr);
     struct gvm_ref ref;
     if (!attrs || !data || !gvm_shim_active() || !gvm_heap_find((uintptr_t)ptr, &ref)) {
         gvm_stat_inc(passthrough_calls);

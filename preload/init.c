@@ -48,6 +48,20 @@ bool gvm_shim_loading(void) { return loading; }
 
 bool gvm_cfg_disabled(void) { return gvm_cfg.disable; }
 
+void *gvm_shim_real_slow(enum gvm_driver_fn fn)
+{
+    void **slots = (void **)&gvm_drv;
+    if (gvm_shim_driver() && slots[fn]) return slots[fn];
+    /* No driver table (its library could not be loaded as configured):
+     * the next definition after gvmshim is the one the program linked. */
+    void *f = gvm_real_dlsym(RTLD_NEXT, gvm_driver_names[fn]);
+    if (!f) {
+        gvm_error("%s is not available; cannot forward the call", gvm_driver_names[fn]);
+        abort();
+    }
+    return f;
+}
+
 bool gvm_shim_tracks_launches(void)
 {
     return gvm_cfg.track_launches == GVM_CFG_TRACK_ON ||

@@ -62,7 +62,7 @@ GVM_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, 
 {
     if (!gvm_shim_driver() || !gvm_drv.cuGetProcAddress_v2) return CUDA_ERROR_NOT_INITIALIZED;
     gvm_hook_count(GVM_FN_cuGetProcAddress_v2);
-    CUresult rc = gvm_drv.cuGetProcAddress_v2(symbol, pfn, version, flags, status);
+    CUresult rc = GVM_REAL(cuGetProcAddress_v2)(symbol, pfn, version, flags, status);
     if (rc == CUDA_SUCCESS) substitute(pfn, symbol);
     return rc;
 }
@@ -71,7 +71,7 @@ GVM_EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int
 {
     if (!gvm_shim_driver() || !gvm_drv.cuGetProcAddress) return CUDA_ERROR_NOT_INITIALIZED;
     gvm_hook_count(GVM_FN_cuGetProcAddress);
-    CUresult rc = gvm_drv.cuGetProcAddress(symbol, pfn, version, flags);
+    CUresult rc = GVM_REAL(cuGetProcAddress)(symbol, pfn, version, flags);
     if (rc == CUDA_SUCCESS) substitute(pfn, symbol);
     return rc;
 }

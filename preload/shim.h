@@ -24,6 +24,13 @@
  * loaded (hooks are only handed out after a successful load). */
 bool gvm_shim_driver(void);
 
+/* The real entry point fn. A program linked with -lcuda may call any hook
+ * before anything loaded the driver table: load it then. */
+void *gvm_shim_real_slow(enum gvm_driver_fn fn);
+#define GVM_REAL(fn)                                                           \
+    (__builtin_expect(gvm_drv.fn != NULL, 1) ? gvm_drv.fn                      \
+                                             : (__typeof__(gvm_drv.fn))gvm_shim_real_slow(GVM_FN_##fn))
+
 /* True when gvmshim serves allocations: not disabled, driver loaded, core
  * started (starting it on first use, which needs cuInit done). */
 bool gvm_shim_serving(void);

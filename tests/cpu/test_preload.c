@@ -262,6 +262,18 @@ static void failed_driver_call_returns_its_error_and_leaks_nothing(void)
     CHECK_EQ(handles(), h);
 }
 
+/* A program linked with libcuda may call any exported hook first, before
+ * anything loaded gvmshim's driver table. */
+static void linked_program_first_call_is_not_an_allocation(void)
+{
+    __typeof__(cuMemGetInfo_v2) *info = (__typeof__(cuMemGetInfo_v2) *)dlsym(RTLD_DEFAULT, "cuMemGetInfo_v2");
+    CHECK(!strcmp(object_of((void *)info), "shim"));
+    size_t f = 1, t = 1;
+    CHECK_EQ(info(&f, &t), CUDA_ERROR_NOT_INITIALIZED);   /* the driver's own answer */
+    __typeof__(cuMemsetD8_v2) *set = (__typeof__(cuMemsetD8_v2) *)dlsym(RTLD_DEFAULT, "cuMemsetD8_v2");
+    CHECK_EQ(set(0x1000, 0, 16), CUDA_ERROR_NOT_INITIALIZED);
+}
+
 static void no_context_is_the_native_error(void)
 {
     open_driver();
@@ -472,6 +484,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(per_thread_stream_variants_work)
     TEST_ENTRY(foreign_pointers_pass_through)
     TEST_ENTRY(failed_driver_call_returns_its_error_and_leaks_nothing)
+    TEST_ENTRY(linked_program_first_call_is_not_an_allocation)
     TEST_ENTRY(no_context_is_the_native_error)
     TEST_ENTRY(cached_memory_counts_as_free)
     TEST_ENTRY(copies_during_migrations_lose_nothing)

@@ -1,0 +1,93 @@
+/* alloc: the latency of a cudaMalloc + cudaFree pair, per size.
+ *
+ * For each size: the first (cold) pair, a few warm-up pairs, then N timed
+ * pairs, N chosen so the size takes about --budget-ms; the median pair is
+ * the result. scripts/bench runs this natively and under the shim.
+ *
+ *     bench-alloc [--budget-ms 400] [--sizes 256,65536,...] */
+#include "bench.h"
+
+#include <dlfcn.h>
+
+using namespace bench;
+
+int main(int argc, char **argv)
+{
+    watchdog(120);
+    double budget_ms = 400;
+    std::vector<size_t> sizes = {256, 64 * KiB, 2 * MiB, 64 * MiB, 1 * GiB};
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--budget-ms") && i + 1 < argc) {
+            budget_ms = atof(argv[++i]);
+        } else if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
+            sizes.clear();
+            for (char *tok = strtok(argv[++i], ","); tok; tok = strtok(nullptr, ","))
+                sizes.push_back((size_t)strtoull(tok, nullptr, 0));
+        } else {
+            fprintf(stderr, "usage: %s [--budget-ms MS] [--sizes N,N,...]\n", argv[0]);
+            return 2;
+        }
+    }
+    device_count_or_skip();
+    CK(cudaSetDevice(0));
+    CK(cudaFree(nullptr));   /* the context exists before anything is timed */
+    bool shim = dlsym(RTLD_DEFAULT, "gvm_query") != nullptr;
+    size_t free_b = 0, total_b = 0;
+    CK(cudaMemGetInfo(&free_b, &total_b));
+
+    std::vector<std::string> rows;
+    printf("%-10s %12s %12s %12s %12s %8s\n", "size", "first us", "median us", "alloc us", "free us", "N");
+    for (size_t size : sizes) {
+        char nb[32];
+        if (size + 256 * MiB > free_b) {
+            printf("%-10s skipped: only %zu MiB free\n", size_name(size, nb, sizeof nb), free_b / MiB);
+            continue;
+        }
+        void *p = nullptr;
+        double t0 = now_us();
+        CK(cudaMalloc(&p, size));
+        double t1 = now_us();
+        CK(cudaFree(p));
+        double t2 = now_us();
+        double first = t2 - t0, first_alloc = t1 - t0, first_free = t2 - t1;
+
+        for (int w = 0; w < 3; w++) {
+            CK(cudaMalloc(&p, size));
+            CK(cudaFree(p));
+        }
+        /* How many pairs fit the budget. */
+        double e0 = now_us();
+        for (int w = 0; w < 5; w++) {
+            CK(cudaMalloc(&p, size));
+            CK(cudaFree(p));
+        }
+        double per = (now_us() - e0) / 5;
+        long n = (long)(budget_ms * 1000 / std::max(per, 0.05));
+        n = std::max(5L, std::min(n, 20000L));
+
+        std::vector<double> pair(n), a(n), f(n);
+        for (long k = 0; k < n; k++) {
+            double s0 = now_us();
+            CK(cudaMalloc(&p, size));
+            double s1 = now_us();
+            CK(cudaFree(p));
+            double s2 = now_us();
+            pair[k] = s2 - s0;
+            a[k] = s1 - s0;
+            f[k] = s2 - s1;
+        }
+        Obj row;
+        row.n("size", (double)size).n("first_us", first).n("first_alloc_us", first_alloc).n("first_free_us", first_free);
+        row.n("median_us", median(pair)).n("p10_us", percentile(pair, 0.1)).n("p90_us", percentile(pair, 0.9));
+        row.n("alloc_median_us", median(a)).n("free_median_us", median(f)).n("n", (double)n);
+        rows.push_back(row.done());
+        printf("%-10s %12.2f %12.3f %12.3f %12.3f %8ld\n", size_name(size, nb, sizeof nb), first, median(pair),
+               median(a), median(f), n);
+        fflush(stdout);
+    }
+    CK(cudaDeviceSynchronize());
+    Obj o = header("alloc", shim);
+    o.add("rows", list(rows));
+    emit(o);
+    return 0;
+}

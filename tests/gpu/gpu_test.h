@@ -1,0 +1,393 @@
+/* Shared by the gpu suite's CUDA programs: checked CUDA calls, a tiny
+ * runner (each case a function; a failed check throws, the case fails and
+ * the next one runs unless the CUDA context is broken), a watchdog, the
+ * gvmshim API looked up at run time, and pattern fill/verify kernels.
+ *
+ * Every program: exits 77 when there is no usable GPU, prints one line
+ * "PASS|FAIL|SKIP name" per case and ends with "N passed, N failed". */
+#ifndef GVM_GPU_TEST_H
+#define GVM_GPU_TEST_H
+
+#include "gvmshim.h"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+#include <dlfcn.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdarg>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <stdexcept>
+#include <string>
+
+namespace gt {
+
+static constexpr size_t KiB = size_t(1) << 10;
+static constexpr size_t MiB = size_t(1) << 20;
+static constexpr size_t GiB = size_t(1) << 30;
+
+struct Failure : std::runtime_error {
+    explicit Failure(const std::string &s) : std::runtime_error(s) {}
+};
+struct Skip : std::runtime_error {
+    explicit Skip(const std::string &s) : std::runtime_error(s) {}
+};
+
+static inline std::string vformat(const char *fmt, va_list ap)
+{
+    char buf[2048];
+    vsnprintf(buf, sizeof buf, fmt, ap);
+    return buf;
+}
+
+static inline std::string format(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    std::string s = vformat(fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+[[noreturn]] static inline void fail_at(const char *file, int line, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    std::string s = vformat(fmt, ap);
+    va_end(ap);
+    const char *base = strrchr(file, '/');
+    throw Failure(format("%s:%d: %s", base ? base + 1 : file, line, s.c_str()));
+}
+
+[[noreturn]] static inline void skip(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    std::string s = vformat(fmt, ap);
+    va_end(ap);
+    throw Skip(s);
+}
+
+static inline const char *human(size_t n, char *buf, size_t len)
+{
+    if (n >= GiB && n % GiB == 0) snprintf(buf, len, "%zu GiB", n / GiB);
+    else if (n >= MiB && n % MiB == 0) snprintf(buf, len, "%zu MiB", n / MiB);
+    else if (n >= KiB && n % KiB == 0) snprintf(buf, len, "%zu KiB", n / KiB);
+    else snprintf(buf, len, "%zu B", n);
+    return buf;
+}
+
+} // namespace gt
+
+/* A CUDA runtime call that must succeed. */
+#define CK(call)                                                               \
+    do {                                                                       \
+        cudaError_t e_ = (call);                                               \
+        if (e_ != cudaSuccess)                                                 \
+            gt::fail_at(__FILE__, __LINE__, "%s -> %s (%s)", #call, cudaGetErrorName(e_), \
+                        cudaGetErrorString(e_));                               \
+    } while (0)
+
+/* A driver call (through an entry point) that must succeed. */
+#define CKD(call)                                                              \
+    do {                                                                       \
+        CUresult r_ = (call);                                                  \
+        if (r_ != CUDA_SUCCESS) gt::fail_at(__FILE__, __LINE__, "%s -> CUresult %d", #call, (int)r_); \
+    } while (0)
+
+/* A gvmshim API call that must return GVM_OK. */
+#define CKG(api, call)                                                         \
+    do {                                                                       \
+        gvm_status s_ = (call);                                                \
+        if (s_ != GVM_OK)                                                      \
+            gt::fail_at(__FILE__, __LINE__, "%s -> %d (%s)", #call, s_,        \
+                        (api).strerror ? (api).strerror(s_) : "?");            \
+    } while (0)
+
+#define EXPECT(cond, ...)                                                      \
+    do {                                                                       \
+        if (!(cond))                                                           \
+            gt::fail_at(__FILE__, __LINE__, "EXPECT(%s) failed: %s", #cond,    \
+                        gt::format(__VA_ARGS__).c_str());                      \
+    } while (0)
+
+namespace gt {
+
+/* ---- the runner ---------------------------------------------------------- */
+
+struct Runner {
+    int passed = 0, failed = 0, skipped = 0;
+    bool broken = false;
+
+    /* After a failure: a sticky error (illegal address, launch failure)
+     * poisons the context, and every later case would fail for it. */
+    void check_context(void)
+    {
+        cudaError_t e = cudaDeviceSynchronize();
+        if (e == cudaSuccess) return;
+        (void)cudaGetLastError();
+        cudaError_t again = cudaDeviceSynchronize();
+        if (again != cudaSuccess) {
+            printf("     the CUDA context is broken (%s): the remaining cases cannot run\n",
+                   cudaGetErrorName(again));
+            broken = true;
+        }
+    }
+
+    /* check_ctx false: the case did not use CUDA in this process (after a
+     * failure there is no context to check). */
+    void run(const char *name, const std::function<void()> &fn, bool check_ctx = true)
+    {
+        fflush(stdout);
+        if (broken) {
+            printf("FAIL %s (not run: the CUDA context is broken)\n", name);
+            failed++;
+            return;
+        }
+        try {
+            fn();
+            printf("PASS %s\n", name);
+            passed++;
+        } catch (const Skip &s) {
+            printf("SKIP %s: %s\n", name, s.what());
+            skipped++;
+        } catch (const Failure &f) {
+            printf("FAIL %s: %s\n", name, f.what());
+            failed++;
+            if (check_ctx) check_context();
+        } catch (const std::exception &e) {
+            printf("FAIL %s: exception: %s\n", name, e.what());
+            failed++;
+            if (check_ctx) check_context();
+        }
+        fflush(stdout);
+    }
+
+    int finish(void)
+    {
+        if (skipped) printf("(%d skipped)\n", skipped);
+        printf("%d passed, %d failed\n", passed, failed);
+        fflush(stdout);
+        if (failed) return 1;
+        return passed ? 0 : 77;
+    }
+};
+
+/* Kills the program with a message when it runs too long (a hung kernel
+ * or a deadlock must fail the test, not stall the suite). */
+static inline void on_alarm(int)
+{
+    static const char msg[] = "\nFAIL watchdog: the program ran past its time limit\n0 passed, 1 failed\n";
+    ssize_t w = write(STDOUT_FILENO, msg, sizeof msg - 1);
+    (void)w;
+    _exit(1);
+}
+
+static inline void watchdog(unsigned seconds)
+{
+    const char *env = getenv("GVM_TEST_TIMEOUT");
+    if (env && atoi(env) > 0) seconds = (unsigned)atoi(env);
+    signal(SIGALRM, on_alarm);
+    alarm(seconds);
+}
+
+/* Exit 77 (meson: skipped) when there is no usable GPU. */
+static inline int device_count_or_skip(void)
+{
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n <= 0) {
+        printf("SKIP: no CUDA device (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        printf("0 passed, 0 failed\n");
+        fflush(stdout);
+        exit(77);
+    }
+    return n;
+}
+
+/* ---- gvmshim's API, present only under the shim --------------------------- */
+
+struct Gvm {
+    bool present = false;
+    decltype(&gvm_migrate) migrate = nullptr;
+    decltype(&gvm_alias) alias = nullptr;
+    decltype(&gvm_unalias) unalias = nullptr;
+    decltype(&gvm_realloc) realloc = nullptr;
+    decltype(&gvm_query) query = nullptr;
+    decltype(&gvm_strerror) strerror = nullptr;
+    decltype(&gvm_tag_push) tag_push = nullptr;
+    decltype(&gvm_tag_pop) tag_pop = nullptr;
+    decltype(&gvm_pause) pause = nullptr;
+    decltype(&gvm_resume) resume = nullptr;
+};
+
+template <typename T> static inline void lookup(T &slot, const char *name)
+{
+    slot = reinterpret_cast<T>(dlsym(RTLD_DEFAULT, name));
+}
+
+static inline Gvm load_gvm(void)
+{
+    Gvm g;
+    lookup(g.migrate, "gvm_migrate");
+    lookup(g.alias, "gvm_alias");
+    lookup(g.unalias, "gvm_unalias");
+    lookup(g.realloc, "gvm_realloc");
+    lookup(g.query, "gvm_query");
+    lookup(g.strerror, "gvm_strerror");
+    lookup(g.tag_push, "gvm_tag_push");
+    lookup(g.tag_pop, "gvm_tag_pop");
+    lookup(g.pause, "gvm_pause");
+    lookup(g.resume, "gvm_resume");
+    g.present = g.migrate && g.alias && g.unalias && g.realloc && g.query && g.strerror;
+    return g;
+}
+
+static inline const char *loc_name(int loc, char *buf, size_t len)
+{
+    switch (loc) {
+    case GVM_HOST: return "host";
+    case GVM_MIXED: return "mixed";
+    case GVM_NOWHERE: return "nowhere";
+    default: snprintf(buf, len, "device %d", loc); return buf;
+    }
+}
+
+/* ---- driver entry points without linking libcuda --------------------------- */
+
+template <typename T> static inline T driver_fn(const char *name, int version = 12000)
+{
+    void *fn = nullptr;
+    cudaDriverEntryPointQueryResult q = cudaDriverEntryPointSymbolNotFound;
+    cudaError_t e = cudaGetDriverEntryPointByVersion(name, &fn, (unsigned)version, cudaEnableDefault, &q);
+    if (e != cudaSuccess || q != cudaDriverEntryPointSuccess || !fn)
+        throw Failure(format("cudaGetDriverEntryPointByVersion(%s) -> %s, status %d", name,
+                             cudaGetErrorName(e), (int)q));
+    return reinterpret_cast<T>(fn);
+}
+
+typedef CUresult (*mem_get_address_range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
+
+/* ---- patterns ------------------------------------------------------------ */
+
+__host__ __device__ static inline uint8_t byte_pattern(uint64_t i, uint32_t seed)
+{
+    uint32_t h = (uint32_t)(i ^ (i >> 29)) * 2654435761u + seed * 40503u;
+    h ^= h >> 15;
+    return (uint8_t)(h >> 7);
+}
+
+__host__ __device__ static inline uint32_t word_pattern(uint64_t i, uint32_t seed)
+{
+    uint32_t h = (uint32_t)i * 2246822519u ^ (uint32_t)(i >> 32) * 3266489917u;
+    h += seed * 668265263u;
+    h ^= h >> 13;
+    h *= 374761393u;
+    return h ^ (h >> 16);
+}
+
+/* result[0]: mismatches; result[1]: first mismatching index (or ~0). */
+__device__ static inline void report_bad(unsigned long long *result, uint64_t i)
+{
+    atomicAdd(&result[0], 1ull);
+    atomicMin(&result[1], (unsigned long long)i);
+}
+
+__global__ static void k_fill_bytes(uint8_t *p, size_t n, uint32_t seed)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        p[i] = byte_pattern(i, seed);
+}
+
+/* constant >= 0: every byte must equal it; otherwise the pattern of seed. */
+__global__ static void k_verify_bytes(const uint8_t *p, size_t n, uint32_t seed, int constant,
+                                      unsigned long long *result)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        uint8_t want = constant >= 0 ? (uint8_t)constant : byte_pattern(i, seed);
+        if (p[i] != want) report_bad(result, i);
+    }
+}
+
+/* Element i of the allocation holds word_pattern(first + i, seed). */
+__global__ static void k_fill_words(uint32_t *p, size_t n, uint64_t first, uint32_t seed)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        p[i] = word_pattern(first + i, seed);
+}
+
+/* mode 0: pattern of seed (index first + i); mode 1: every word == value. */
+__global__ static void k_verify_words(const uint32_t *p, size_t n, uint64_t first, uint32_t seed, int mode,
+                                      uint32_t value, unsigned long long *result)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        uint32_t want = mode ? value : word_pattern(first + i, seed);
+        if (p[i] != want) report_bad(result, i);
+    }
+}
+
+static inline unsigned grid_for(size_t n, unsigned threads = 256)
+{
+    size_t blocks = (n + threads - 1) / threads;
+    if (blocks > 4096) blocks = 4096;
+    if (blocks < 1) blocks = 1;
+    return (unsigned)blocks;
+}
+
+/* Mismatch counters in pinned, mapped, portable host memory: every device
+ * can write them, and they are not gvmshim's. */
+struct Counter {
+    unsigned long long *h = nullptr;
+    Counter()
+    {
+        CK(cudaHostAlloc((void **)&h, 2 * sizeof *h, cudaHostAllocMapped | cudaHostAllocPortable));
+        reset();
+    }
+    ~Counter()
+    {
+        if (h) cudaFreeHost(h);
+    }
+    Counter(const Counter &) = delete;
+    Counter &operator=(const Counter &) = delete;
+    void reset(void)
+    {
+        h[0] = 0;
+        h[1] = ~0ull;
+    }
+};
+
+/* Fills n words at p (element i: pattern of first + i) on the current device. */
+static inline void fill_words(uint32_t *p, size_t n, uint64_t first, uint32_t seed, cudaStream_t s = 0)
+{
+    k_fill_words<<<grid_for(n), 256, 0, s>>>(p, n, first, seed);
+    CK(cudaGetLastError());
+}
+
+/* Verifies n words on the current device; throws with the first bad index. */
+static inline void verify_words(Counter &c, const uint32_t *p, size_t n, uint64_t first, uint32_t seed,
+                                const char *what, int mode = 0, uint32_t value = 0)
+{
+    c.reset();
+    k_verify_words<<<grid_for(n), 256>>>(p, n, first, seed, mode, value, c.h);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    if (c.h[0]) {
+        uint64_t i = c.h[1];
+        uint32_t want = mode ? value : word_pattern(first + i, seed);
+        throw Failure(format("%s: %llu of %zu words wrong, first at index %llu (want %#x)", what, c.h[0], n,
+                             (unsigned long long)i, want));
+    }
+}
+
+} // namespace gt
+
+#endif

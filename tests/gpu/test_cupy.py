@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""CuPy under gvmshim: deterministic matmuls, reductions and a small
+gradient-descent loop give the same numbers natively and under the shim;
+the stats show the shim served CuPy's pool; and a computation whose
+arrays need ~1.5x GVM_DEVICE_LIMIT completes under GVM_SPILL=host with the
+same results as natively.
+
+The parent runs without the shim (it never imports cupy); each run is a
+child process. Exit 77 without cupy or a GPU.
+"""
+import importlib.util
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gvmtest as gt  # noqa: E402
+
+MiB, GiB = gt.MiB, gt.GiB
+LIMIT = "1G"
+LIMIT_BYTES = GiB
+
+
+def cupy_or_skip():
+    try:
+        import cupy as cp
+    except ImportError:
+        gt.child_skip("no cupy")
+    try:
+        n = cp.cuda.runtime.getDeviceCount()
+    except Exception as e:  # CUDARuntimeError without a driver
+        gt.child_skip("no GPU (%s)" % e)
+    if n < 1:
+        gt.child_skip("no GPU (0 devices)")
+    return cp
+
+
+def compute(cp):
+    rs = cp.random.RandomState(seed=0)
+    a = rs.standard_normal((1024, 1024), dtype=cp.float32)
+    b = rs.standard_normal((1024, 1024), dtype=cp.float32)
+    c = a @ b
+    vals = [float(c.sum()), float(cp.linalg.norm(c)), float(c.max()), float((a * b).mean()),
+            float(cp.abs(c).min())]
+    x = rs.standard_normal((4096, 64), dtype=cp.float32)
+    w_true = rs.standard_normal((64,), dtype=cp.float32)
+    y = x @ w_true
+    w = cp.zeros(64, dtype=cp.float32)
+    losses = []
+    for _ in range(30):
+        r = x @ w - y
+        losses.append(float((r * r).mean()))
+        w -= 0.1 * (x.T @ r) * (2.0 / x.shape[0])
+    cp.cuda.Device(0).synchronize()
+    return {"vals": [v.hex() for v in vals], "losses": [v.hex() for v in losses]}, a
+
+
+def spill_work(cp, mats, dim, steps):
+    rs = cp.random.RandomState(seed=1)
+    ms = [rs.standard_normal((dim, dim), dtype=cp.float32) / dim ** 0.5 for _ in range(mats)]
+    v = rs.standard_normal((dim,), dtype=cp.float32)
+    sums = []
+    for _ in range(steps):
+        for m in ms:
+            v = cp.tanh(m @ v)
+        v = v / cp.linalg.norm(v)
+        sums.append(float(v.sum()).hex())
+    cp.cuda.Device(0).synchronize()
+    return sums, ms
+
+
+def child_run(args):
+    cp = cupy_or_skip()
+    name = cp.cuda.runtime.getDeviceProperties(0)["name"]
+    res = {"device": name.decode(errors="replace") if isinstance(name, bytes) else str(name)}
+    if args.get("need_free"):
+        free, _ = cp.cuda.runtime.memGetInfo()
+        if free < args["need_free"]:
+            gt.child_skip("not enough GPU memory: %d MiB free" % (free // MiB))
+    if args.get("compute"):
+        out, a = compute(cp)
+        res.update(out)
+        if args.get("shim"):
+            import gvmshim
+
+            res["query"] = gt.gvm_info_dict(gvmshim.query(a.data.ptr))
+            res["a_ptr"] = int(a.data.ptr)
+    if args.get("spill"):
+        sums, ms = spill_work(cp, args["mats"], args["dim"], args["steps"])
+        res["spill_sums"] = sums
+        res["spill_bytes"] = sum(int(m.nbytes) for m in ms)
+        if args.get("shim"):
+            import gvmshim
+
+            by = {}
+            for m in ms:
+                loc = str(gvmshim.query(m.data.ptr).location)
+                by[loc] = by.get(loc, 0) + int(m.nbytes)
+            res["mats_at"] = by
+    return res
+
+
+SPILL = {"mats": 6, "dim": 8192, "steps": 4}
+runs = {}
+
+
+def once(key, fn):
+    if key not in runs:
+        try:
+            runs[key] = fn()
+        except (gt.Skip, gt.Failure) as e:
+            runs[key] = e
+    if isinstance(runs[key], Exception):
+        raise runs[key]
+    return runs[key]
+
+
+def native():
+    return once("native", lambda: gt.run_child(
+        __file__, "run", dict(SPILL, compute=True, spill=True, need_free=3 * GiB), shim=False))
+
+
+def shim_compute():
+    return once("shim", lambda: gt.run_child(__file__, "run", {"compute": True, "shim": True}, shim=True))
+
+
+def case_same_results():
+    ref, got = native(), shim_compute()
+    w1 = gt.compare_series(ref.result["vals"], got.result["vals"], 1e-6, "matmul/reduction values")
+    w2 = gt.compare_series(ref.result["losses"], got.result["losses"], 1e-6, "gradient-descent losses")
+    l0, l1 = float.fromhex(ref.result["losses"][0]), float.fromhex(ref.result["losses"][-1])
+    print("  device %s; loss %.5g -> %.5g; worst relative differences %.3g, %.3g"
+          % (ref.result["device"], l0, l1, w1, w2))
+    gt.expect(l1 < l0, "gradient descent did not reduce the loss")
+
+
+def case_served_by_shim():
+    got = shim_compute()
+    st, q = got.stats, got.result["query"]
+    calls = st.get("driver_calls", {})
+    print("  allocations_total %d, cuMemAlloc_v2 %d; array at %#x in an allocation at %#x of %d bytes"
+          % (st["allocations_total"], calls.get("cuMemAlloc_v2", 0), got.result["a_ptr"], q["base"], q["size"]))
+    gt.expect(st["allocations_total"] > 0, "no allocation was served")
+    gt.expect(st["alloc_failures"] == 0, "%d allocations failed" % st["alloc_failures"])
+    gt.expect(q["location"] == 0 and q["device"] == 0, "array location %d device %d" % (q["location"], q["device"]))
+    gt.expect(q["base"] <= got.result["a_ptr"] < q["base"] + q["size"], "gvm_query's allocation misses the array")
+
+
+def case_spill_host():
+    ref = native()
+    need = ref.result["spill_bytes"]
+    gt.expect(need >= 1.4 * LIMIT_BYTES, "the spill job holds only %.2f GiB" % (need / GiB))
+    got = gt.run_child(__file__, "run", dict(SPILL, spill=True, shim=True), shim=True,
+                       env={"GVM_DEVICE_LIMIT": LIMIT, "GVM_SPILL": "host"})
+    worst = gt.compare_series(ref.result["spill_sums"], got.result["spill_sums"], 1e-6, "results")
+    st = got.stats
+    print("  %.2f GiB of matrices under a %s limit: spills %d (%.2f GiB), promotions %d; matrices at %s; "
+          "worst relative difference %.3g" % (need / GiB, LIMIT, st["spills"], st["spilled_bytes"] / GiB,
+                                              st["promotions"], got.result["mats_at"], worst))
+    gt.expect(st["spills"] > 0, "nothing spilled")
+    gt.expect(st["migrations_failed"] == 0 and st["alloc_failures"] == 0,
+              "failed migrations %d, failed allocations %d" % (st["migrations_failed"], st["alloc_failures"]))
+
+
+def main():
+    if gt.child_main({"run": child_run}):
+        return 0
+    if importlib.util.find_spec("cupy") is None:
+        gt.skip_whole_test("no cupy (import cupy fails)")
+    try:
+        gt.shim_lib()
+    except gt.Failure as e:
+        print("FAIL setup: %s" % e)
+        print("0 passed, 1 failed")
+        return 1
+    r = gt.Runner("cupy")
+    r.run("same_results_native_vs_shim", case_same_results)
+    r.run("served_by_shim", case_served_by_shim)
+    r.run("spill_host", case_spill_host)
+    return r.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
