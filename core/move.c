@@ -16,7 +16,12 @@ uint64_t gvm_clock;
 struct gvm_region *gvm_use_begin(uintptr_t p)
 {
     struct gvm_region *r = gvm_heap_region(p);
-    if (!r) return NULL;
+    if (r) gvm_use_region(r);
+    return r;
+}
+
+void gvm_use_region(struct gvm_region *r)
+{
     for (;;) {
         __atomic_fetch_add(&r->users, 1, __ATOMIC_SEQ_CST);
         if (!__atomic_load_n(&r->moving, __ATOMIC_SEQ_CST)) break;
@@ -26,7 +31,6 @@ struct gvm_region *gvm_use_begin(uintptr_t p)
         pthread_mutex_unlock(&r->op);
     }
     __atomic_store_n(&r->last_use, gvm_clock_tick(), __ATOMIC_RELAXED);
-    return r;
 }
 
 static unsigned moves_active, gate_users;
@@ -104,14 +108,15 @@ static CUresult copy_block(struct gvm_region *r, struct plan *p, int k, CUevent 
     struct gvm_block *b = &r->blocks[p->idx[k]];
     int dev = copy_device(b->phys->loc, p->dst[k]->loc);
     if (dev < 0) return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+    int dir = p->dst[k]->loc == dev ? GVM_INTO : GVM_OUT_OF;
     CUstream s;
     CUresult rc = gvm_topo_push(dev);
     if (rc != CUDA_SUCCESS) return rc;
-    rc = gvm_topo_stream(dev, &s);
+    rc = gvm_topo_stream(dev, dir, &s);
     if (rc == CUDA_SUCCESS)
         rc = DRV(cuMemcpyDtoDAsync_v2, p->dst[k]->staging, (CUdeviceptr)(r->base + b->off), b->size, s);
     if (rc == CUDA_SUCCESS) {
-        *ev = gvm_topo.dev[dev].events[k & 1];
+        *ev = gvm_topo.dev[dev].events[dir][k & 1];
         rc = DRV(cuEventRecord, *ev, s);
     }
     gvm_topo_pop();

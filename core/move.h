@@ -24,6 +24,9 @@ static inline uint64_t gvm_clock_tick(void) { return __atomic_add_fetch(&gvm_clo
  * it moves); NULL when p is not gvmshim's. Pair with gvm_use_end. */
 struct gvm_region *gvm_use_begin(uintptr_t p);
 
+/* The same for a region already found. */
+void gvm_use_region(struct gvm_region *r);
+
 static inline void gvm_use_end(struct gvm_region *r)
 {
     if (r) __atomic_fetch_sub(&r->users, 1, __ATOMIC_SEQ_CST);

@@ -80,6 +80,7 @@ void gvm_phys_destroy(struct gvm_phys *p)
         DRV(cuMemAddressFree, p->staging, p->size);
     }
     CUresult rc = DRV(cuMemRelease, p->handle);
+    if (rc != CUDA_SUCCESS) rc = DRV(cuMemRelease, p->handle);   /* a passing fault */
     if (rc != CUDA_SUCCESS) gvm_warn("cuMemRelease failed (%d): %zu bytes may leak", rc, p->size);
     free(p);
 }

@@ -142,29 +142,29 @@ void gvm_topo_pop(void)
     DRV(cuCtxPopCurrent_v2, &c);
 }
 
-CUresult gvm_topo_stream(int dev, CUstream *stream)
+CUresult gvm_topo_stream(int dev, int dir, CUstream *stream)
 {
     struct gvm_device *d = &gvm_topo.dev[dev];
-    CUstream s = __atomic_load_n(&d->stream, __ATOMIC_ACQUIRE);
+    CUstream s = __atomic_load_n(&d->stream[dir], __ATOMIC_ACQUIRE);
     if (s) { *stream = s; return CUDA_SUCCESS; }
     pthread_mutex_lock(&topo_lock);
     CUresult rc = CUDA_SUCCESS;
-    if (!d->stream) {
+    if (!d->stream[dir]) {
         CUstream ns = NULL;
         CUevent e0 = NULL, e1 = NULL;
         rc = DRV(cuStreamCreate, &ns, CU_STREAM_NON_BLOCKING);
         if (rc == CUDA_SUCCESS) rc = DRV(cuEventCreate, &e0, CU_EVENT_DISABLE_TIMING);
         if (rc == CUDA_SUCCESS) rc = DRV(cuEventCreate, &e1, CU_EVENT_DISABLE_TIMING);
         if (rc == CUDA_SUCCESS) {
-            d->events[0] = e0;
-            d->events[1] = e1;
-            __atomic_store_n(&d->stream, ns, __ATOMIC_RELEASE);
+            d->events[dir][0] = e0;
+            d->events[dir][1] = e1;
+            __atomic_store_n(&d->stream[dir], ns, __ATOMIC_RELEASE);
         } else {
             if (e0) DRV(cuEventDestroy_v2, e0);
             if (ns) DRV(cuStreamDestroy_v2, ns);
         }
     }
-    *stream = d->stream;
+    *stream = d->stream[dir];
     pthread_mutex_unlock(&topo_lock);
     return rc;
 }

@@ -18,8 +18,11 @@ struct gvm_device {
     size_t total;         /* bytes of memory */
     size_t gran;          /* allocation granularity */
     CUcontext ctx;        /* primary context, retained on first use */
-    CUstream stream;      /* gvmshim's copy stream in ctx */
-    CUevent events[2];    /* double buffer for pipelined moves */
+    /* gvmshim's copy streams in ctx, one per direction (GVM_INTO/GVM_OUT_OF
+     * the device), so a move in and a move out run on both copy engines at
+     * once; each with a double buffer of events for pipelined moves. */
+    CUstream stream[2];
+    CUevent events[2][2];
     uint64_t syncs_started;   /* device-wide waits begun ... */
     uint64_t syncs_done;      /* ... and the highest of them finished */
 };
@@ -53,8 +56,11 @@ CUresult gvm_topo_ctx(int dev, CUcontext *ctx);
 CUresult gvm_topo_push(int dev);
 void gvm_topo_pop(void);
 
-/* dev's copy stream and events, created on first use (dev's ctx current). */
-CUresult gvm_topo_stream(int dev, CUstream *stream);
+enum { GVM_INTO = 0, GVM_OUT_OF = 1 };
+
+/* dev's copy stream for direction dir, created on first use (dev's ctx
+ * current). */
+CUresult gvm_topo_stream(int dev, int dir, CUstream *stream);
 
 /* Memory freed by the program may still be read by work queued before the
  * free. Instead of waiting at every free, freed memory is stamped with

@@ -140,3 +140,102 @@ CUresult gvm_spill_alloc(size_t size, int device, CUcontext ctx, int tag, uintpt
     }
     return place_on_target(size, device, ctx, tag, out);
 }
+
+/* ---- demand promotion --------------------------------------------------- */
+
+/* A kernel reading spilled memory in place goes at the speed its access
+ * pattern gets across the link (a GEMM: 13 GB/s of 55, H100 PCIe 5): a
+ * swap moves the same bytes at the link's speed. The swap may hold the
+ * incoming region and the outgoing ones on the device at once, so the
+ * device can pass its limit by one region for the duration. */
+
+struct evict_job {
+    struct victim *v;
+    size_t n;
+    int device;
+};
+
+static void *evict_worker(void *arg)
+{
+    struct evict_job *j = arg;
+    for (size_t i = 0; i < j->n; i++) evict(j->v[i].r, j->device);
+    gvm_heap_trim(j->device);   /* what left went to the pool: free it */
+    return NULL;
+}
+
+static bool in_list(struct gvm_region *r, struct gvm_region *const *list, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (list[i] == r) return true;
+    return false;
+}
+
+/* The coldest regions on device, not among used, freeing at least `need`. */
+static size_t pick_victims(int device, size_t need, struct gvm_region *const *used, int n, struct victim **out)
+{
+    struct collect c = {.device = device};
+    gvm_heap_for_each(collect_one, &c);
+    if (c.n) qsort(c.v, c.n, sizeof *c.v, by_age);
+    size_t k = 0, got = 0;
+    for (size_t i = 0; i < c.n && got < need; i++) {
+        if (in_list(c.v[i].r, used, n)) continue;
+        got += GVM_LOAD(c.v[i].r->mapped);
+        c.v[k++] = c.v[i];
+    }
+    *out = c.v;
+    return got >= need ? k : 0;
+}
+
+static bool promote_now(struct gvm_region *r, int device)
+{
+    pthread_mutex_lock(&r->op);
+    bool ok = false;
+    if (r->state == GVM_REGION_LIVE && r->spilled_at && !(r->flags & GVM_RF_PAUSED)) {
+        gvm_move_enter(r);
+        ok = gvm_move_blocks(r, device) == CUDA_SUCCESS;
+        gvm_move_leave(r);
+        if (ok) {
+            GVM_STORE(r->spilled_at, 0);
+            gvm_stat_inc(promotions);
+            gvm_stat_add(promoted_bytes, r->mapped);
+        }
+    }
+    pthread_mutex_unlock(&r->op);
+    return ok;
+}
+
+static void swap_in(struct gvm_region *r, struct gvm_region *const *used, int n)
+{
+    int device = GVM_LOAD(r->home);
+    if (device < 0 || device >= gvm_topo.ndev) return;
+    size_t need = GVM_LOAD(r->mapped), lim = gvm_policy_limit(device), usage = gvm_policy_usage(device);
+    size_t room = lim > usage ? lim - usage : 0;
+    struct victim *v = NULL;
+    size_t nv = 0;
+    if (need > room && !(nv = pick_victims(device, need - room, used, n, &v))) {
+        free(v);
+        return;   /* nothing may leave: the kernel reads it where it is */
+    }
+    struct evict_job job = {.v = v, .n = nv, .device = device};
+    pthread_t t;
+    bool threaded = nv && !pthread_create(&t, NULL, evict_worker, &job);
+    if (nv && !threaded) evict_worker(&job);
+    bool ok = promote_now(r, device);
+    if (threaded) pthread_join(t, NULL);
+    /* Out of physical memory before the victims were out: once more. */
+    if (!ok && GVM_LOAD(r->spilled_at)) ok = promote_now(r, device);
+    if (ok)
+        gvm_debug("demand: brought %#lx (%zu bytes) back to device %d, %zu region(s) out", (unsigned long)r->base,
+                  need, device, nv);
+    free(v);
+}
+
+void gvm_policy_before_launch(struct gvm_region *const *used, int n)
+{
+    if (!gvm_policy.cfg || !gvm_policy.cfg->spill.n || !gvm_policy.cfg->promote) return;
+    for (int i = 0; i < n; i++) {
+        struct gvm_region *r = used[i];
+        if (!GVM_LOAD(r->spilled_at) || r->kind == GVM_REGION_ALIAS) continue;
+        swap_in(r, used, n);
+    }
+}

@@ -26,6 +26,12 @@ int gvm_policy_best_peer(int device, size_t bytes);
  * on a target (place mode, and evict mode's fallback). */
 CUresult gvm_spill_alloc(size_t size, int device, CUcontext ctx, int tag, uintptr_t *out);
 
+/* Called before a kernel launch with the regions its arguments reach (not
+ * yet announced): spilled ones are brought back to their device now, while
+ * the coldest regions the launch does not use leave on the other copy
+ * engine. */
+void gvm_policy_before_launch(struct gvm_region *const *used, int n);
+
 /* The background thread that brings spilled allocations back. */
 CUresult gvm_promoter_start(void);
 

@@ -7,6 +7,7 @@
 #include "preload/shim.h"
 
 #include "policy/place.h"
+#include "policy/spill.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -79,7 +80,7 @@ static void note(struct used *u, uint64_t word)
     for (int i = 0; i < u->n; i++)
         if (u->r[i] == r) return;
     if (u->n == MAX_USED) return;
-    u->r[u->n++] = gvm_use_begin((uintptr_t)word);
+    u->r[u->n++] = r;
 }
 
 /* Every 8-byte word of the argument bytes may be a pointer (structs of
@@ -93,7 +94,20 @@ static void scan_bytes(struct used *u, const unsigned char *p, size_t len)
     }
 }
 
+static void collect(struct used *u, void *fn, void **params, void **extra);
+
+/* Finds the regions the launch reaches, lets the policy bring spilled ones
+ * back (before they are announced: a region in use cannot move), then
+ * announces them for the launch call. */
 static void scan(struct used *u, void *fn, void **params, void **extra)
+{
+    collect(u, fn, params, extra);
+    if (!u->n) return;
+    gvm_policy_before_launch(u->r, u->n);
+    for (int i = 0; i < u->n; i++) gvm_use_region(u->r[i]);
+}
+
+static void collect(struct used *u, void *fn, void **params, void **extra)
 {
     u->n = 0;
     /* Linked programs reach these hooks directly: scan only when asked. */

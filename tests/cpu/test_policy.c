@@ -3,6 +3,7 @@
  * failures injected while spilling. */
 #include "simcore.h"
 
+#include "core/log.h"
 #include "core/move.h"
 #include "policy/config.h"
 #include "policy/place.h"
@@ -160,6 +161,33 @@ static void used_spilled_data_is_promoted_when_room_returns(void)
     CHECK_EQ(gvm_stats.promotions, 1);
 }
 
+/* A launch reaching spilled data brings it back first, sending out the
+ * coldest allocation the launch does not use. */
+static void launch_on_spilled_data_swaps_it_in(void)
+{
+    const char *kv[] = {"device_limit", "0:64M", "spill", "host", "promote_interval", "3600s", NULL};
+    start_policy(kv);
+    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
+    fill(a, 24 * MiB, 1);
+    fill(b, 24 * MiB, 2);
+    touch(b);
+    uintptr_t c = palloc(24 * MiB);          /* a leaves */
+    CHECK_EQ(where(a), GVM_HOST);
+    touch(b);
+    struct gvm_region *used[2] = {gvm_heap_region(a), gvm_heap_region(c)};
+    gvm_policy_before_launch(used, 2);
+    CHECK_EQ(where(a), 0);
+    CHECK_EQ(where(b), GVM_HOST);            /* the coldest one the launch does not use */
+    CHECK_EQ(where(c), 0);
+    CHECK(intact(a, 24 * MiB, 1) && intact(b, 24 * MiB, 2));
+    CHECK_EQ(gvm_stats.promotions, 1);
+    CHECK(gvm_policy_usage(0) <= 64 * MiB);
+    /* Nothing may leave (all used): the kernel reads it where it is. */
+    struct gvm_region *all[3] = {gvm_heap_region(a), gvm_heap_region(b), gvm_heap_region(c)};
+    gvm_policy_before_launch(all, 3);
+    CHECK_EQ(where(b), GVM_HOST);
+}
+
 static void unused_spilled_data_stays_out(void)
 {
     const char *kv[] = {"device_limit", "0:64M", "spill", "host", "promote_interval", "5ms", NULL};
@@ -246,6 +274,7 @@ static void threshold_rule_places_large_allocations_in_host_memory(void)
 
 static void failure_while_spilling_keeps_data(void)
 {
+    gvm_log_level = GVM_LOG_ERROR;   /* every round logs its injected failure */
     const char *kv[] = {"device_limit", "0:64M", "spill", "host", "promote", "0", NULL};
     start_policy(kv);
     uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
@@ -282,6 +311,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(spill_off_fails_as_natively)
     TEST_ENTRY(fails_only_when_no_target_has_room)
     TEST_ENTRY(used_spilled_data_is_promoted_when_room_returns)
+    TEST_ENTRY(launch_on_spilled_data_swaps_it_in)
     TEST_ENTRY(unused_spilled_data_stays_out)
     TEST_ENTRY(pause_keep_and_resume)
     TEST_ENTRY(pause_discard_and_resume_zeroed)
