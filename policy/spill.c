@@ -170,12 +170,27 @@ static bool in_list(struct gvm_region *r, struct gvm_region *const *list, int n)
     return false;
 }
 
-/* The coldest regions on device, not among used, freeing at least `need`. */
-static size_t pick_victims(int device, size_t need, struct gvm_region *const *used, int n, struct victim **out)
+/* Regions to send out so `need` bytes come in, never one the launch uses.
+ * First those idle for longer than the incoming region was (its reuse
+ * distance): truly cold, like blocks a framework's allocator keeps cached,
+ * oldest first. Then the most recently used: a training loop sweeps its
+ * weights in order, and under LRU every swap would evict exactly the
+ * weight needed next (a cyclic sweep larger than the device misses on
+ * every access), while the most recently used one is needed last. */
+static size_t pick_victims(int device, size_t need, uint64_t since, struct gvm_region *const *used, int n,
+                           struct victim **out)
 {
     struct collect c = {.device = device};
     gvm_heap_for_each(collect_one, &c);
     if (c.n) qsort(c.v, c.n, sizeof *c.v, by_age);
+    size_t cold = 0;
+    while (cold < c.n && c.v[cold].last_use < since) cold++;
+    /* The warm tail, most recent first. */
+    for (size_t i = cold, j = c.n; i + 1 < j; i++, j--) {
+        struct victim t = c.v[i];
+        c.v[i] = c.v[j - 1];
+        c.v[j - 1] = t;
+    }
     size_t k = 0, got = 0;
     for (size_t i = 0; i < c.n && got < need; i++) {
         if (in_list(c.v[i].r, used, n)) continue;
@@ -212,7 +227,7 @@ static void swap_in(struct gvm_region *r, struct gvm_region *const *used, int n)
     size_t room = lim > usage ? lim - usage : 0;
     struct victim *v = NULL;
     size_t nv = 0;
-    if (need > room && !(nv = pick_victims(device, need - room, used, n, &v))) {
+    if (need > room && !(nv = pick_victims(device, need - room, GVM_LOAD(r->last_use), used, n, &v))) {
         free(v);
         return;   /* nothing may leave: the kernel reads it where it is */
     }

@@ -177,7 +177,7 @@ static void launch_on_spilled_data_swaps_it_in(void)
     struct gvm_region *used[2] = {gvm_heap_region(a), gvm_heap_region(c)};
     gvm_policy_before_launch(used, 2);
     CHECK_EQ(where(a), 0);
-    CHECK_EQ(where(b), GVM_HOST);            /* the coldest one the launch does not use */
+    CHECK_EQ(where(b), GVM_HOST);            /* the most recent one the launch does not use */
     CHECK_EQ(where(c), 0);
     CHECK(intact(a, 24 * MiB, 1) && intact(b, 24 * MiB, 2));
     CHECK_EQ(gvm_stats.promotions, 1);
@@ -186,6 +186,56 @@ static void launch_on_spilled_data_swaps_it_in(void)
     struct gvm_region *all[3] = {gvm_heap_region(a), gvm_heap_region(b), gvm_heap_region(c)};
     gvm_policy_before_launch(all, 3);
     CHECK_EQ(where(b), GVM_HOST);
+}
+
+/* A loop sweeping its buffers in order, one more than the device holds:
+ * each sweep must move about one buffer each way, not all of them. */
+static void a_cyclic_sweep_does_not_thrash(void)
+{
+    const char *kv[] = {"device_limit", "0:64M", "spill", "host", "promote_interval", "3600s", NULL};
+    start_policy(kv);
+    uintptr_t w[5];
+    for (int i = 0; i < 5; i++) {
+        w[i] = palloc(16 * MiB);
+        fill(w[i], 16 * MiB, 40 + i);
+    }
+    uint64_t before = 0;
+    for (int sweep = 0; sweep < 4; sweep++) {
+        if (sweep == 1) before = gvm_stats.bytes_migrated;
+        for (int i = 0; i < 5; i++) {
+            struct gvm_region *r = gvm_heap_region(w[i]);
+            gvm_policy_before_launch(&r, 1);
+            touch(w[i]);
+            CHECK_EQ(where(w[i]), 0);
+        }
+    }
+    uint64_t per_sweep = (gvm_stats.bytes_migrated - before) / 3;
+    if (per_sweep > 2 * 2 * 16 * MiB) fprintf(stderr, "moved %lu MiB per sweep\n", (unsigned long)(per_sweep >> 20));
+    CHECK(per_sweep <= 2 * 2 * 16 * MiB);
+    for (int i = 0; i < 5; i++) CHECK(intact(w[i], 16 * MiB, 40 + i));
+}
+
+/* A region idle for longer than the incoming one's reuse distance (like a
+ * block a framework keeps cached) goes before any warm one. */
+static void cold_regions_leave_before_warm_ones(void)
+{
+    const char *kv[] = {"device_limit", "0:64M", "spill", "host", "promote_interval", "3600s", NULL};
+    start_policy(kv);
+    uintptr_t cold = palloc(16 * MiB), a = palloc(16 * MiB), b = palloc(16 * MiB), c = palloc(16 * MiB);
+    touch(a);
+    touch(b);
+    CHECK_EQ(gvm_migrate((void *)a, GVM_HOST), GVM_OK);   /* a is out; make it spilled data */
+    GVM_STORE(gvm_heap_region(a)->home, 0);
+    GVM_STORE(gvm_heap_region(a)->spilled_at, gvm_clock_tick());
+    uintptr_t d = palloc(16 * MiB);
+    touch(b);
+    touch(c);
+    touch(d);
+    struct gvm_region *r = gvm_heap_region(a);
+    gvm_policy_before_launch(&r, 1);
+    CHECK_EQ(where(a), 0);
+    CHECK_EQ(where(cold), GVM_HOST);
+    CHECK(where(b) == 0 && where(c) == 0 && where(d) == 0);
 }
 
 static void unused_spilled_data_stays_out(void)
@@ -312,6 +362,8 @@ static const struct test_case cases[] = {
     TEST_ENTRY(fails_only_when_no_target_has_room)
     TEST_ENTRY(used_spilled_data_is_promoted_when_room_returns)
     TEST_ENTRY(launch_on_spilled_data_swaps_it_in)
+    TEST_ENTRY(a_cyclic_sweep_does_not_thrash)
+    TEST_ENTRY(cold_regions_leave_before_warm_ones)
     TEST_ENTRY(unused_spilled_data_stays_out)
     TEST_ENTRY(pause_keep_and_resume)
     TEST_ENTRY(pause_discard_and_resume_zeroed)
