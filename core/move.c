@@ -8,6 +8,7 @@
 #include "core/topo.h"
 
 #include <sched.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -202,7 +203,13 @@ static double now_ms(void)
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
-CUresult gvm_move_blocks(struct gvm_region *r, int loc)
+static CUresult move_blocks(struct gvm_region *r, int loc, bool quiesce);
+
+CUresult gvm_move_blocks(struct gvm_region *r, int loc) { return move_blocks(r, loc, true); }
+
+CUresult gvm_move_blocks_quiesced(struct gvm_region *r, int loc) { return move_blocks(r, loc, false); }
+
+static CUresult move_blocks(struct gvm_region *r, int loc, bool quiesce)
 {
     struct plan p = {0};
     double t0 = now_ms();
@@ -213,7 +220,7 @@ CUresult gvm_move_blocks(struct gvm_region *r, int loc)
     }
     double t1 = now_ms();
     CUstreamCaptureMode mode = relax_capture();
-    rc = gvm_topo_quiesce();
+    rc = quiesce ? gvm_topo_quiesce() : CUDA_SUCCESS;
     double t2 = now_ms();
     if (rc == CUDA_SUCCESS) rc = pipeline(r, &p);
     restore_capture(mode);

@@ -47,6 +47,11 @@ void gvm_move_leave(struct gvm_region *r);
  * the move (gvm_move_enter). On failure every block is back where it was. */
 CUresult gvm_move_blocks(struct gvm_region *r, int loc);
 
+/* The same, for a caller that has just quiesced the devices itself: two
+ * moves running at once (one in, one out) must not each wait for the
+ * other's copies, which a quiesce would. */
+CUresult gvm_move_blocks_quiesced(struct gvm_region *r, int loc);
+
 /* The whole operation: lock, enter, move, leave, unlock. */
 CUresult gvm_move_region(struct gvm_region *r, int loc);
 

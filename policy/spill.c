@@ -66,7 +66,11 @@ static int pick_target(int device, size_t bytes)
 }
 
 /* Moves one victim off device. True when it moved. */
-static bool evict(struct gvm_region *r, int device)
+static bool evict_q(struct gvm_region *r, int device, bool quiesced);
+
+static bool evict(struct gvm_region *r, int device) { return evict_q(r, device, false); }
+
+static bool evict_q(struct gvm_region *r, int device, bool quiesced)
 {
     pthread_mutex_lock(&r->op);
     bool ok = false;
@@ -75,7 +79,7 @@ static bool evict(struct gvm_region *r, int device)
         int to = pick_target(device, r->mapped);
         if (to != GVM_LOC_NONE) {
             gvm_move_enter(r);
-            ok = gvm_move_blocks(r, to) == CUDA_SUCCESS;
+            ok = (quiesced ? gvm_move_blocks_quiesced(r, to) : gvm_move_blocks(r, to)) == CUDA_SUCCESS;
             gvm_move_leave(r);
             if (ok) {
                 GVM_STORE(r->spilled_at, gvm_clock_tick());
@@ -158,8 +162,8 @@ struct evict_job {
 static void *evict_worker(void *arg)
 {
     struct evict_job *j = arg;
-    for (size_t i = 0; i < j->n; i++) evict(j->v[i].r, j->device);
-    gvm_heap_trim(j->device);   /* what left went to the pool: free it */
+    for (size_t i = 0; i < j->n; i++) evict_q(j->v[i].r, j->device, true);
+    gvm_phys_trim(j->device, SIZE_MAX);   /* what left went to the pool: free it */
     return NULL;
 }
 
@@ -201,13 +205,13 @@ static size_t pick_victims(int device, size_t need, uint64_t since, struct gvm_r
     return got >= need ? k : 0;
 }
 
-static bool promote_now(struct gvm_region *r, int device)
+static bool promote_now(struct gvm_region *r, int device, bool quiesced)
 {
     pthread_mutex_lock(&r->op);
     bool ok = false;
     if (r->state == GVM_REGION_LIVE && r->spilled_at && !(r->flags & GVM_RF_PAUSED)) {
         gvm_move_enter(r);
-        ok = gvm_move_blocks(r, device) == CUDA_SUCCESS;
+        ok = (quiesced ? gvm_move_blocks_quiesced(r, device) : gvm_move_blocks(r, device)) == CUDA_SUCCESS;
         gvm_move_leave(r);
         if (ok) {
             GVM_STORE(r->spilled_at, 0);
@@ -231,14 +235,19 @@ static void swap_in(struct gvm_region *r, struct gvm_region *const *used, int n)
         free(v);
         return;   /* nothing may leave: the kernel reads it where it is */
     }
+    /* One wait for the program's queued work serves both moves. */
+    if (gvm_topo_quiesce() != CUDA_SUCCESS) {
+        free(v);
+        return;
+    }
     struct evict_job job = {.v = v, .n = nv, .device = device};
     pthread_t t;
     bool threaded = nv && !pthread_create(&t, NULL, evict_worker, &job);
     if (nv && !threaded) evict_worker(&job);
-    bool ok = promote_now(r, device);
+    bool ok = promote_now(r, device, true);
     if (threaded) pthread_join(t, NULL);
     /* Out of physical memory before the victims were out: once more. */
-    if (!ok && GVM_LOAD(r->spilled_at)) ok = promote_now(r, device);
+    if (!ok && GVM_LOAD(r->spilled_at)) ok = promote_now(r, device, true);
     if (ok)
         gvm_debug("demand: brought %#lx (%zu bytes) back to device %d, %zu region(s) out", (unsigned long)r->base,
                   need, device, nv);
