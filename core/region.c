@@ -209,40 +209,81 @@ void gvm_region_shrink(struct gvm_region *r, int first)
         if (a->mapped > r->mapped) a->mapped = r->mapped;
 }
 
-CUresult gvm_region_remap(struct gvm_region *r, int i, struct gvm_phys *np, struct gvm_phys **old)
+/* The views of [off, off+len): the region and each alias covering it. */
+static int views_of_range(struct gvm_region *r, size_t off, size_t len, uintptr_t *out, int max)
 {
-    struct gvm_block *b = &r->blocks[i];
-    uintptr_t views[MAX_VIEWS];
-    int nv = views_of(r, b, views, MAX_VIEWS);
-    struct gvm_phys *op = b->phys;
-    bool old_cpu = b->cpu;
-    bool new_cpu = np->loc == GVM_LOC_HOST && (gvm_settings.host_access == GVM_HOST_ACCESS_EAGER);
+    int n = 0;
+    out[n++] = r->base;
+    for (struct gvm_region *a = r->aliases; a && n < max; a = a->aliases)
+        if (off + len <= a->mapped) out[n++] = a->base;
+    return n;
+}
+
+/* Maps pieces from va on, then grants access over the whole span. On
+ * failure nothing stays mapped. */
+static CUresult map_pieces(uintptr_t va, size_t len, struct gvm_phys *const *p, int n, bool cpu)
+{
+    size_t o = 0;
     CUresult rc = CUDA_SUCCESS;
-    int done = 0;      /* views switched to np */
+    for (int i = 0; i < n; i++) {
+        if ((rc = DRV(cuMemMap, (CUdeviceptr)(va + o), p[i]->size, 0, p[i]->handle, 0)) != CUDA_SUCCESS) break;
+        o += p[i]->size;
+    }
+    if (rc == CUDA_SUCCESS) {
+        CUmemAccessDesc descs[GVM_MAX_DEVICES + 1];
+        int nd = gvm_topo_access(p[0]->loc, cpu && p[0]->loc == GVM_LOC_HOST, descs);
+        rc = DRV(cuMemSetAccess, (CUdeviceptr)va, len, descs, (size_t)nd);
+    }
+    /* One unmap may span several adjacent mappings. */
+    if (rc != CUDA_SUCCESS && o) DRV(cuMemUnmap, (CUdeviceptr)va, o);
+    return rc;
+}
+
+CUresult gvm_region_respan(struct gvm_region *r, size_t off, size_t len, struct gvm_phys *const *from, int nfrom,
+                           bool from_cpu, struct gvm_phys *const *to, int nto)
+{
+    uintptr_t views[MAX_VIEWS];
+    int nv = views_of_range(r, off, len, views, MAX_VIEWS);
+    bool to_cpu = gvm_settings.host_access == GVM_HOST_ACCESS_EAGER;
+    CUresult rc = CUDA_SUCCESS;
+    int done = 0;   /* views switched to `to` */
     for (; done < nv; done++) {
-        if ((rc = DRV(cuMemUnmap, (CUdeviceptr)views[done], b->size)) != CUDA_SUCCESS) break;
-        if ((rc = map_at(views[done], np, new_cpu)) != CUDA_SUCCESS) {
-            /* Put the old memory back where it was before giving up. */
-            if (map_at(views[done], op, cpu_wanted(b, op->loc)) != CUDA_SUCCESS)
-                gvm_error("cannot restore mapping at %#lx after failed remap", (unsigned long)views[done]);
+        uintptr_t va = views[done] + off;
+        if ((rc = DRV(cuMemUnmap, (CUdeviceptr)va, len)) != CUDA_SUCCESS) break;
+        if ((rc = map_pieces(va, len, to, nto, to_cpu)) != CUDA_SUCCESS) {
+            if (map_pieces(va, len, from, nfrom, from_cpu) != CUDA_SUCCESS)
+                gvm_error("cannot restore mapping at %#lx after a failed remap", (unsigned long)va);
             break;
         }
     }
     if (rc != CUDA_SUCCESS) {
         for (int v = 0; v < done; v++) {
-            DRV(cuMemUnmap, (CUdeviceptr)views[v], b->size);
-            if (map_at(views[v], op, cpu_wanted(b, op->loc)) != CUDA_SUCCESS)
-                gvm_error("cannot restore mapping at %#lx after failed remap", (unsigned long)views[v]);
+            uintptr_t va = views[v] + off;
+            DRV(cuMemUnmap, (CUdeviceptr)va, len);
+            if (map_pieces(va, len, from, nfrom, from_cpu) != CUDA_SUCCESS)
+                gvm_error("cannot restore mapping at %#lx after a failed remap", (unsigned long)va);
         }
-        b->cpu = old_cpu;
         return rc;
     }
-    gvm_stats_resident(op->loc, -(int64_t)b->size);
-    gvm_stats_resident(np->loc, (int64_t)b->size);
-    b->phys = np;
-    b->cpu = new_cpu;
-    *old = op;
+    gvm_stats_resident(from[0]->loc, -(int64_t)len);
+    gvm_stats_resident(to[0]->loc, (int64_t)len);
     return CUDA_SUCCESS;
+}
+
+int gvm_region_splice(struct gvm_region *r, int b0, int b1, struct gvm_phys *const *pieces, int n)
+{
+    int grow = n - (b1 - b0);
+    if (grow > 0 && ensure_blocks(r, r->nblocks + grow)) return -1;
+    size_t off = r->blocks[b0].off;
+    memmove(&r->blocks[b0 + n], &r->blocks[b1], (size_t)(r->nblocks - b1) * sizeof *r->blocks);
+    bool cpu = gvm_settings.host_access == GVM_HOST_ACCESS_EAGER;
+    for (int i = 0; i < n; i++) {
+        r->blocks[b0 + i] = (struct gvm_block){.phys = pieces[i], .off = off, .size = pieces[i]->size,
+                                               .cpu = cpu && pieces[i]->loc == GVM_LOC_HOST};
+        off += pieces[i]->size;
+    }
+    r->nblocks += grow;
+    return 0;
 }
 
 CUresult gvm_region_unmap_block(struct gvm_region *r, int i, struct gvm_phys **old)

@@ -92,10 +92,18 @@ CUresult gvm_region_grow_striped(struct gvm_region *r, size_t len, uint64_t devi
  * memory back to the pools; r->mapped shrinks accordingly. */
 void gvm_region_shrink(struct gvm_region *r, int first);
 
-/* Replaces block i's memory with np in every view (data must already be in
- * np). On failure the old mapping is restored. On success the old memory
- * is returned through *old. */
-CUresult gvm_region_remap(struct gvm_region *r, int i, struct gvm_phys *np, struct gvm_phys **old);
+/* Replaces the memory behind [off, off+len) in every view: the pieces
+ * `from` (the mappings there now, in order) by the pieces `to` (holding the
+ * same bytes, in order, possibly cut differently), with one unmap and one
+ * access grant per view. The block list is not touched (a move splices it
+ * when it is done). On failure `from` is mapped back everywhere. */
+CUresult gvm_region_respan(struct gvm_region *r, size_t off, size_t len, struct gvm_phys *const *from, int nfrom,
+                           bool from_cpu, struct gvm_phys *const *to, int nto);
+
+/* Replaces blocks [b0, b1) of the list by blocks made of pieces[0..n),
+ * laid out from blocks[b0].off. Returns -1 when memory for the list is
+ * short (nothing changed). */
+int gvm_region_splice(struct gvm_region *r, int b0, int b1, struct gvm_phys *const *pieces, int n);
 
 /* Unmaps block i in every view and returns its memory (for pause). */
 CUresult gvm_region_unmap_block(struct gvm_region *r, int i, struct gvm_phys **old);
