@@ -65,12 +65,14 @@ void gvm_move_leave(struct gvm_region *r)
 
 /* A move copies and remaps in groups: a run of adjacent pieces at one
  * location, unmapped with one call, replaced by destination pieces cut to
- * suit the destination (an unmap may span several mappings, and a handle is
+ * suit the move (an unmap may span several mappings, and a handle is
  * mapped whole, so only the group's edges must match). Over NVLink a 64 MiB
- * piece copies in 0.17 ms, about what remapping it costs, so device
- * destinations take pieces of up to GROUP_DEVICE; host mappings cost most
- * per piece remapped while the copy runs, so host destinations stay at the
- * block size (H100 and H200 measurements, 2026-11-22). */
+ * piece copies in 0.17 ms, about what remapping it costs, so moves between
+ * devices take pieces of up to GROUP_DEVICE. Moves to or from host memory
+ * keep the block size: remapping host memory is slow, the last group's
+ * remap cannot overlap a copy, and a source piece is unmapped whole, so
+ * big pieces would make every later host move coarser (H100 and H200
+ * measurements, 2026-11-22). */
 #define GROUP_DEVICE ((size_t)256 << 20)
 
 struct group {
@@ -111,7 +113,10 @@ static int cut(size_t len, size_t cap, size_t *out)
 
 static CUresult plan_build(struct gvm_region *r, int loc, struct plan *p)
 {
-    size_t cap = loc >= 0 ? GROUP_DEVICE : gvm_settings.block_size;
+    bool device_to_device = loc >= 0;
+    for (int i = 0; i < r->nblocks; i++)
+        if (movable(&r->blocks[i], loc) && r->blocks[i].phys->loc < 0) device_to_device = false;
+    size_t cap = device_to_device ? GROUP_DEVICE : gvm_settings.block_size;
     if (cap < gvm_topo.gran) cap = gvm_topo.gran;
     size_t total = 0;
     for (int i = 0; i < r->nblocks; i++)
