@@ -24,8 +24,9 @@
     O(cuFuncGetParamInfo) O(cuKernelGetParamInfo)                              \
     O(cuGetProcAddress) O(cuGetProcAddress_v2)
 
-/* Entry points the preload layer interposes (hooks) or forwards. */
-#define GVM_DRIVER_HOOKED(R, O)                                                \
+/* Entry points the preload layer replaces by a hook of the same name
+ * (besides the two resolvers above): always ... */
+#define GVM_DRIVER_SERVED(R, O)                                                \
     O(cuMemAlloc_v2) O(cuMemAllocPitch_v2) O(cuMemFree_v2) O(cuMemGetInfo_v2)  \
     O(cuMemGetAddressRange_v2) O(cuPointerGetAttribute)                        \
     O(cuPointerGetAttributes) O(cuMemAllocAsync) O(cuMemAllocAsync_ptsz)       \
@@ -53,11 +54,16 @@
     O(cuMemsetD16Async_ptsz) O(cuMemsetD32Async) O(cuMemsetD32Async_ptsz)      \
     O(cuMemsetD2D8Async) O(cuMemsetD2D8Async_ptsz) O(cuMemsetD2D16Async)       \
     O(cuMemsetD2D16Async_ptsz) O(cuMemsetD2D32Async)                           \
-    O(cuMemsetD2D32Async_ptsz)                                                 \
+    O(cuMemsetD2D32Async_ptsz)
+
+/* ... and kernel launches, replaced only while the policy tracks recency
+ * (otherwise the program keeps the driver's own function, at no cost). */
+#define GVM_DRIVER_LAUNCH(R, O)                                                \
     O(cuLaunchKernel) O(cuLaunchKernel_ptsz) O(cuLaunchKernelEx)               \
     O(cuLaunchKernelEx_ptsz) O(cuLaunchCooperativeKernel)                      \
     O(cuLaunchCooperativeKernel_ptsz) O(cuGraphLaunch) O(cuGraphLaunch_ptsz)
 
+#define GVM_DRIVER_HOOKED(R, O) GVM_DRIVER_SERVED(R, O) GVM_DRIVER_LAUNCH(R, O)
 #define GVM_DRIVER_ALL(R, O) GVM_DRIVER_CORE(R, O) GVM_DRIVER_HOOKED(R, O)
 
 #endif

@@ -150,15 +150,20 @@ static size_t cache_evict(int device, size_t need, size_t limit)
     return freed;
 }
 
-static void cache_return(int device, struct gvm_region *r)
+/* Called with the heap lock held. */
+static void cache_insert(struct cache *c, struct gvm_region *r)
 {
-    struct cache *c = &caches[device];
-    gvm_heap_lock();
     unsigned b = bucket_of(r->mapped);
     r->next = c->bucket[b];
     c->bucket[b] = r;
     ring_insert_tail(&c->fifo, r);
     c->bytes += r->mapped;
+}
+
+static void cache_return(int device, struct gvm_region *r)
+{
+    gvm_heap_lock();
+    cache_insert(&caches[device], r);
     gvm_heap_unlock();
 }
 
@@ -174,11 +179,7 @@ static bool cache_put(struct gvm_region *r)
         return false;
     }
     __atomic_store_n(&r->state, GVM_REGION_CACHED, __ATOMIC_RELEASE);
-    unsigned b = bucket_of(r->mapped);
-    r->next = c->bucket[b];
-    c->bucket[b] = r;
-    ring_insert_tail(&c->fifo, r);
-    c->bytes += r->mapped;
+    cache_insert(c, r);
     gvm_heap_unlock();
     return true;
 }

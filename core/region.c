@@ -105,6 +105,17 @@ static int ensure_blocks(struct gvm_region *r, int need)
     return 0;
 }
 
+/* Undoes a failed grow: the blocks from `first` on were mapped in r's own
+ * range only. */
+static void drop_new_blocks(struct gvm_region *r, int first)
+{
+    for (int i = r->nblocks - 1; i >= first; i--) {
+        DRV(cuMemUnmap, (CUdeviceptr)(r->base + r->blocks[i].off), r->blocks[i].size);
+        gvm_phys_put(r->blocks[i].phys);
+    }
+    r->nblocks = first;
+}
+
 /* Largest power-of-two multiple of the granularity within the limits, so
  * pieces come in few sizes and pooled ones fit again. */
 static size_t piece_size(size_t remaining)
@@ -144,11 +155,7 @@ CUresult gvm_region_grow(struct gvm_region *r, size_t len, int loc)
         rc = DRV(cuMemSetAccess, (CUdeviceptr)(r->base + r->mapped), len, descs, (size_t)n);
     }
     if (rc != CUDA_SUCCESS) {
-        for (int i = r->nblocks - 1; i >= first; i--) {
-            DRV(cuMemUnmap, (CUdeviceptr)(r->base + r->blocks[i].off), r->blocks[i].size);
-            gvm_phys_put(r->blocks[i].phys);
-        }
-        r->nblocks = first;
+        drop_new_blocks(r, first);
         return rc;
     }
     for (int i = first; i < r->nblocks; i++) gvm_stats_resident(loc, (int64_t)r->blocks[i].size);
@@ -174,11 +181,7 @@ CUresult gvm_region_grow_striped(struct gvm_region *r, size_t len, uint64_t devi
         r->blocks[r->nblocks++] = (struct gvm_block){.phys = p, .off = off, .size = unit};
     }
     if (rc != CUDA_SUCCESS) {
-        for (int i = r->nblocks - 1; i >= first; i--) {
-            DRV(cuMemUnmap, (CUdeviceptr)(r->base + r->blocks[i].off), r->blocks[i].size);
-            gvm_phys_put(r->blocks[i].phys);
-        }
-        r->nblocks = first;
+        drop_new_blocks(r, first);
         return rc;
     }
     for (int i = first; i < r->nblocks; i++) gvm_stats_resident(r->blocks[i].phys->loc, (int64_t)unit);

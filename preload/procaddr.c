@@ -9,21 +9,19 @@
 #define _GNU_SOURCE
 #include "preload/shim.h"
 
-#include "preload/hooklist.h"
 #include "policy/place.h"
 
 #include <dlfcn.h>
 #include <string.h>
 
 #define HOOK_ENTRY(name) [GVM_FN_##name] = (void *)&name,
-void *const gvm_hook_table[GVM_FN_COUNT] = {GVM_HOOKS(HOOK_ENTRY, HOOK_ENTRY)};
+void *const gvm_hook_table[GVM_FN_COUNT] = {
+    HOOK_ENTRY(cuGetProcAddress) HOOK_ENTRY(cuGetProcAddress_v2) GVM_DRIVER_HOOKED(HOOK_ENTRY, HOOK_ENTRY)};
 #undef HOOK_ENTRY
 
 #define LAUNCH_ENTRY(name) [GVM_FN_##name] = 1,
-#define NOT_LAUNCH(name)
-static const unsigned char is_launch[GVM_FN_COUNT] = {GVM_HOOKS(NOT_LAUNCH, LAUNCH_ENTRY)};
+static const unsigned char is_launch[GVM_FN_COUNT] = {GVM_DRIVER_LAUNCH(LAUNCH_ENTRY, LAUNCH_ENTRY)};
 #undef LAUNCH_ENTRY
-#undef NOT_LAUNCH
 
 static void *hook_at(int i)
 {
