@@ -208,6 +208,26 @@ class Runner:
         return 0 if self.passed else 77
 
 
+def suite_main(title, module, handlers, cases):
+    """The parent side of a suite: dispatch a child, or skip without the
+    module, or run every (name, function) of cases."""
+    import importlib.util
+    if child_main(handlers):
+        return 0
+    if importlib.util.find_spec(module) is None:
+        skip_whole_test("no %s (import %s fails)" % (module, module))
+    try:
+        shim_lib()
+    except Failure as e:
+        print("FAIL setup: %s" % e)
+        print("0 passed, 1 failed")
+        return 1
+    r = Runner(title)
+    for name, fn in cases:
+        r.run(name, fn)
+    return r.finish()
+
+
 def skip_whole_test(reason):
     print("SKIP: %s" % reason)
     print("0 passed, 0 failed")
@@ -224,6 +244,20 @@ class ChildSkip(Exception):
 
 def child_skip(reason):
     raise ChildSkip(reason)
+
+
+def torch_or_skip():
+    """torch in a child, set up for results that repeat bit for bit."""
+    try:
+        import torch
+    except ImportError:
+        child_skip("no torch")
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
+        child_skip("no GPU (torch.cuda.is_available() is False)")
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    return torch
 
 
 def child_main(handlers):

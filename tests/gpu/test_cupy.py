@@ -8,7 +8,6 @@ same results as natively.
 The parent runs without the shim (it never imports cupy); each run is a
 child process. Exit 77 without cupy or a GPU.
 """
-import importlib.util
 import os
 import sys
 
@@ -162,21 +161,9 @@ def case_spill_host():
 
 
 def main():
-    if gt.child_main({"run": child_run}):
-        return 0
-    if importlib.util.find_spec("cupy") is None:
-        gt.skip_whole_test("no cupy (import cupy fails)")
-    try:
-        gt.shim_lib()
-    except gt.Failure as e:
-        print("FAIL setup: %s" % e)
-        print("0 passed, 1 failed")
-        return 1
-    r = gt.Runner("cupy")
-    r.run("same_results_native_vs_shim", case_same_results)
-    r.run("served_by_shim", case_served_by_shim)
-    r.run("spill_host", case_spill_host)
-    return r.finish()
+    return gt.suite_main("cupy", "cupy", {"run": child_run},
+                         [("same_results_native_vs_shim", case_same_results), ("served_by_shim", case_served_by_shim),
+                          ("spill_host", case_spill_host)])
 
 
 if __name__ == "__main__":

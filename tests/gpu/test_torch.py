@@ -7,7 +7,6 @@ The parent runs without the shim (it never imports torch); each run is a
 child process. Exit 77 without torch or a GPU. The policy cases (spill,
 peer, rules, pause/resume, cached blocks) are in test_torch_policy.py.
 """
-import importlib.util
 import os
 import sys
 
@@ -18,17 +17,7 @@ import gvmtest as gt  # noqa: E402
 # ---- children ------------------------------------------------------------------
 
 
-def torch_or_skip():
-    try:
-        import torch
-    except ImportError:
-        gt.child_skip("no torch")
-    if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
-        gt.child_skip("no GPU (torch.cuda.is_available() is False)")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    return torch
+torch_or_skip = gt.torch_or_skip
 
 
 def child_train(args):
@@ -132,21 +121,9 @@ def case_stats():
 
 
 def main():
-    if gt.child_main({"train": child_train}):
-        return 0
-    if importlib.util.find_spec("torch") is None:
-        gt.skip_whole_test("no torch (import torch fails)")
-    r = gt.Runner("torch")
-    try:
-        gt.shim_lib()
-    except gt.Failure as e:
-        print("FAIL setup: %s" % e)
-        print("0 passed, 1 failed")
-        return 1
-    r.run("same_losses_native_vs_shim", case_same_losses)
-    r.run("query_weight", case_query_weight)
-    r.run("stats_allocations", case_stats)
-    return r.finish()
+    return gt.suite_main("torch", "torch", {"train": child_train},
+                         [("same_losses_native_vs_shim", case_same_losses), ("query_weight", case_query_weight),
+                          ("stats_allocations", case_stats)])
 
 
 if __name__ == "__main__":

@@ -18,7 +18,6 @@ settings of the case:
 
 Exit 77 without torch or a GPU.
 """
-import importlib.util
 import os
 import sys
 import tempfile
@@ -35,17 +34,7 @@ LIMIT_BYTES = 2 * GiB
 # ---- children ------------------------------------------------------------------
 
 
-def torch_or_skip():
-    try:
-        import torch
-    except ImportError:
-        gt.child_skip("no torch")
-    if not torch.cuda.is_available() or torch.cuda.device_count() < 1:
-        gt.child_skip("no GPU (torch.cuda.is_available() is False)")
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    torch.use_deterministic_algorithms(True, warn_only=True)
-    return torch
+torch_or_skip = gt.torch_or_skip
 
 
 def need_free(torch, nbytes):
@@ -375,23 +364,10 @@ def case_cached_first():
 
 
 def main():
-    if gt.child_main(HANDLERS):
-        return 0
-    if importlib.util.find_spec("torch") is None:
-        gt.skip_whole_test("no torch (import torch fails)")
-    try:
-        gt.shim_lib()
-    except gt.Failure as e:
-        print("FAIL setup: %s" % e)
-        print("0 passed, 1 failed")
-        return 1
-    r = gt.Runner("torch-policy")
-    r.run("spill_host", case_spill_host)
-    r.run("spill_peer", case_spill_peer)
-    r.run("threshold_rule", case_threshold_rule)
-    r.run("pause_resume", case_pause_resume)
-    r.run("cached_first", case_cached_first)
-    return r.finish()
+    return gt.suite_main("torch-policy", "torch", HANDLERS,
+                         [("spill_host", case_spill_host), ("spill_peer", case_spill_peer),
+                          ("threshold_rule", case_threshold_rule), ("pause_resume", case_pause_resume),
+                          ("cached_first", case_cached_first)])
 
 
 if __name__ == "__main__":
