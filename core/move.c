@@ -227,7 +227,6 @@ static void rollback(struct gvm_region *r, struct plan *p)
 {
     /* A copy may still be writing a destination that goes back to the pool. */
     gvm_topo_quiesce();
-    bool stuck = false;
     for (int k = p->remapped - 1; k >= 0; k--) {
         struct group *g = &p->g[k];
         struct gvm_phys *old[g->b1 - g->b0];
@@ -241,10 +240,8 @@ static void rollback(struct gvm_region *r, struct plan *p)
                 for (int j = 0; j < n; j++) gvm_phys_put(old[j]);
                 for (int j = 0; j < g->nd; j++) p->dst[g->d0 + j] = NULL;
             }
-            stuck = true;
         }
     }
-    (void)stuck;
     for (int j = 0; j < p->ndst; j++)
         if (p->dst[j]) gvm_phys_put(p->dst[j]);
 }
@@ -334,15 +331,5 @@ static CUresult move_blocks(struct gvm_region *r, int loc, bool quiesce)
         gvm_debug("moved %#lx (%d groups, %d pieces) to location %d", (unsigned long)r->base, p.ng, p.ndst, loc);
     }
     plan_free(&p);
-    return rc;
-}
-
-CUresult gvm_move_region(struct gvm_region *r, int loc)
-{
-    pthread_mutex_lock(&r->op);
-    gvm_move_enter(r);
-    CUresult rc = gvm_move_blocks(r, loc);
-    gvm_move_leave(r);
-    pthread_mutex_unlock(&r->op);
     return rc;
 }

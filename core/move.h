@@ -52,7 +52,4 @@ CUresult gvm_move_blocks(struct gvm_region *r, int loc);
  * other's copies, which a quiesce would. */
 CUresult gvm_move_blocks_quiesced(struct gvm_region *r, int loc);
 
-/* The whole operation: lock, enter, move, leave, unlock. */
-CUresult gvm_move_region(struct gvm_region *r, int loc);
-
 #endif

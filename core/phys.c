@@ -182,14 +182,8 @@ CUresult gvm_phys_get_many(int loc, const size_t *sizes, int n, bool staging, st
         if (!out[i]) todo[j.ntodo++] = i;
         else if (staging && !out[i]->staging && (rc = map_staging(out[i])) != CUDA_SUCCESS) break;
     }
-    if (rc == CUDA_SUCCESS && j.ntodo) {
-        rc = j.ntodo == 1 ? CUDA_SUCCESS : create_parallel(&j);
-        if (j.ntodo == 1) {
-            int i = todo[0];
-            rc = gvm_phys_get(loc, sizes[i], staging, &out[i]);
-        }
-    }
-    if (rc == CUDA_ERROR_OUT_OF_MEMORY && j.ntodo > 1 && gvm_phys_trim(loc, SIZE_MAX)) {
+    if (rc == CUDA_SUCCESS && j.ntodo) rc = create_parallel(&j);
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY && j.ntodo && gvm_phys_trim(loc, SIZE_MAX)) {
         /* Pooled pieces of other sizes were in the way: one more go, serially. */
         rc = CUDA_SUCCESS;
         for (int k = 0; k < j.ntodo && rc == CUDA_SUCCESS; k++)

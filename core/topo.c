@@ -193,13 +193,13 @@ static void sync_finished(int dev, uint64_t ticket)
     }
 }
 
-static CUresult current_device(int *dev)
+static CUresult current_device(CUcontext *cur, int *dev)
 {
-    CUcontext cur = NULL;
     CUdevice d = -1;
     *dev = -1;
-    CUresult rc = DRV(cuCtxGetCurrent, &cur);
-    if (rc != CUDA_SUCCESS || !cur) return rc;
+    *cur = NULL;
+    CUresult rc = DRV(cuCtxGetCurrent, cur);
+    if (rc != CUDA_SUCCESS || !*cur) return rc;
     rc = DRV(cuCtxGetDevice, &d);
     if (rc == CUDA_SUCCESS) *dev = d;
     return rc;
@@ -209,12 +209,12 @@ CUresult gvm_topo_sync_device(int dev)
 {
     uint64_t ticket = __atomic_add_fetch(&gvm_topo.dev[dev].syncs_started, 1, __ATOMIC_ACQ_REL);
     int cur = -1;
-    CUresult rc = current_device(&cur);
+    CUcontext c = NULL, primary = NULL;
+    CUresult rc = current_device(&c, &cur);
     if (rc != CUDA_SUCCESS) return rc;
     if (cur == dev && (rc = DRV(cuCtxSynchronize)) != CUDA_SUCCESS) return rc;
+    if (cur != dev) c = NULL;
     /* The primary context too, unless it is the one just synchronized. */
-    CUcontext c = NULL, primary = NULL;
-    if (cur == dev) DRV(cuCtxGetCurrent, &c);
     if (ctx_active(dev) && gvm_topo_ctx(dev, &primary) == CUDA_SUCCESS && primary != c) {
         if ((rc = gvm_topo_push(dev)) != CUDA_SUCCESS) return rc;
         rc = DRV(cuCtxSynchronize);

@@ -23,8 +23,6 @@ CUresult gvm_policy_start(const struct gvm_config *cfg)
         p->limited[d] = lim < total;
     }
     p->host_limit = cfg->host_limit;
-    p->tracking = cfg->track_launches == GVM_CFG_TRACK_ON ||
-                  (cfg->track_launches == GVM_CFG_TRACK_AUTO && cfg->spill.n > 0);
     if (cfg->spill.n && cfg->promote) return gvm_promoter_start();
     return CUDA_SUCCESS;
 }

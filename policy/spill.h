@@ -11,7 +11,6 @@ struct gvm_policy {
     size_t limit[GVM_MAX_DEVICES];    /* bytes; the device's size when not limited */
     bool limited[GVM_MAX_DEVICES];
     size_t host_limit;                /* SIZE_MAX: none */
-    bool tracking;                    /* launches are scanned */
 };
 
 extern struct gvm_policy gvm_policy;

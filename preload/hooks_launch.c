@@ -36,9 +36,9 @@ static int query_params(void *fn, uint32_t *sizes)
     for (; n < MAX_PARAMS; n++) {
         size_t off, sz;
         CUresult rc = CUDA_ERROR_NOT_SUPPORTED;
-        if (gvm_drv.cuFuncGetParamInfo) rc = GVM_REAL(cuFuncGetParamInfo)((CUfunction)fn, (size_t)n, &off, &sz);
+        if (gvm_drv.cuFuncGetParamInfo) rc = gvm_drv.cuFuncGetParamInfo((CUfunction)fn, (size_t)n, &off, &sz);
         if (rc != CUDA_SUCCESS && gvm_drv.cuKernelGetParamInfo)
-            rc = GVM_REAL(cuKernelGetParamInfo)((CUkernel)fn, (size_t)n, &off, &sz);
+            rc = gvm_drv.cuKernelGetParamInfo((CUkernel)fn, (size_t)n, &off, &sz);
         if (rc != CUDA_SUCCESS) break;
         sizes[n] = (uint32_t)sz;
     }
