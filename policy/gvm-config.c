@@ -13,13 +13,39 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out, "usage: gvm-config --help-config | --markdown | --check [FILE]\n"
-                 "  --help-config   list every option (environment name, file key, type,\n"
-                 "                  default, description) and the config file syntax\n"
-                 "  --markdown      the options as a Markdown table\n"
-                 "  --check [FILE]  read the configuration as gvmshim would (the environment,\n"
-                 "                  and FILE in place of GVM_CONFIG) and print the effective\n"
-                 "                  values; exit status 1 and the error on bad input\n");
+    fprintf(out, "usage: gvm-config --help-config | --markdown | --check [FILE] | --help\n");
+}
+
+static void manual(void)
+{
+    fputs("NAME\n"
+          "    gvm-config - document and check gvmshim's configuration\n"
+          "\n"
+          "SYNOPSIS\n"
+          "    gvm-config --help-config\n"
+          "    gvm-config --markdown\n"
+          "    gvm-config --check [FILE]\n"
+          "    gvm-config --help\n"
+          "\n"
+          "DESCRIPTION\n"
+          "    Reads gvmshim's configuration exactly as the library does at load\n"
+          "    (built-in defaults, then the file named by GVM_CONFIG, then GVM_*\n"
+          "    variables), without starting a program. gvmrun runs --check before\n"
+          "    the program it starts.\n"
+          "\n"
+          "OPTIONS\n"
+          "    --help-config   every option: environment name, file key, type,\n"
+          "                    default and description, then the file syntax\n"
+          "    --markdown      the options as the Markdown table of the README\n"
+          "    --check [FILE]  load the environment (and FILE in place of\n"
+          "                    GVM_CONFIG) and print the effective values, each\n"
+          "                    with where it came from\n"
+          "    -h, --help      this manual\n"
+          "\n"
+          "EXIT STATUS\n"
+          "    0 on success; 1 with one line naming the source, the option and\n"
+          "    the value when the configuration is bad; 2 on a usage error.\n",
+          stdout);
 }
 
 int main(int argc, char **argv)
@@ -43,7 +69,7 @@ int main(int argc, char **argv)
         return 0;
     }
     if (argc == 2 && (strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0)) {
-        usage(stdout);
+        manual();
         return 0;
     }
     usage(stderr);

@@ -46,9 +46,10 @@ class Info(ctypes.Structure):
 
 
 class GvmError(RuntimeError):
-    def __init__(self, status, what):
+    def __init__(self, status, what, reason=None):
         self.status = status
-        super().__init__("%s: %s (%d)" % (what, strerror(status), status))
+        # Without the library there is no gvm_strerror to ask.
+        super().__init__("%s: %s (%d)" % (what, reason or strerror(status), status))
 
 
 _lib = None
@@ -59,7 +60,7 @@ def _api():
     if _lib is None:
         lib = ctypes.CDLL(None)
         if not hasattr(lib, "gvm_query"):
-            raise GvmError(-8, "gvmshim is not loaded (run under scripts/gvmrun)")
+            raise GvmError(-8, "gvmshim", "not loaded in this process (run it under gvmrun)")
         lib.gvm_strerror.restype = ctypes.c_char_p
         lib.gvm_query.argtypes = [ctypes.c_void_p, ctypes.POINTER(Info)]
         lib.gvm_migrate.argtypes = [ctypes.c_void_p, ctypes.c_int]
