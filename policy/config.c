@@ -739,6 +739,12 @@ static int check_option(int id, const union any_value *v, char *why, size_t n)
             return -1;
         }
         break;
+    case GVM_OPT_trace_max:
+        if (v->v_size < 4 * KIB) {
+            bprintf(why, n, "must be at least 4K");
+            return -1;
+        }
+        break;
     case GVM_OPT_promote_interval:
         if (v->v_millis < 1 || v->v_millis > 3600000) {
             bprintf(why, n, "must be between 1ms and 1h (3600s)");

@@ -69,7 +69,13 @@
       "how often the promoter looks (1ms to 1h)")                              \
     X(track_launches, track_launches, "auto",                                  \
       "scan kernel launch arguments for recency (auto: only when spill is "    \
-      "on)")
+      "on)")                                                                   \
+    X(trace, string, "",                                                       \
+      "a path (%p: the process id) to write a timeline of moves and memory "   \
+      "per location to, in the Chrome trace-event format (Perfetto); empty: "  \
+      "off")                                                                   \
+    X(trace_max, size, "64M",                                                  \
+      "the trace file stops growing at this size (at least 4K)")
 
 /* Types that are a set of words: E(type, VALUES), where VALUES(V) lists
  * V(ENUMERATOR, word). The C enum is enum gvm_cfg_<type>, in list order. */

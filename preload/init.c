@@ -9,10 +9,12 @@
 
 #include "core/log.h"
 #include "core/topo.h"
+#include "core/trace.h"
 #include "policy/config.h"
 #include "policy/place.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,6 +106,17 @@ static void resolve_settings(struct gvm_settings *s)
     }
 }
 
+static void expand_pid(const char *in, char *out, size_t len);
+
+static void start_trace(void)
+{
+    if (!gvm_cfg.trace[0]) return;
+    char path[GVM_CFG_PATH_MAX + 32];
+    expand_pid(gvm_cfg.trace, path, sizeof path);
+    if (gvm_trace_start(path, gvm_cfg.trace_max, gvm_topo.ndev))
+        gvm_warn("cannot write the trace to %s: %s", path, strerror(errno));
+}
+
 static void start_core(void)
 {
     CUcontext ctx = NULL;
@@ -121,6 +134,7 @@ static void start_core(void)
     }
     core_state = 1;
     gvm_info("serving allocations on %d device(s)", gvm_topo.ndev);
+    start_trace();
 }
 
 bool gvm_shim_serving(void)
@@ -156,11 +170,10 @@ __attribute__((constructor)) static void gvm_shim_configure(void)
     if (gvm_log_level >= GVM_LOG_DEBUG) gvm_config_dump_lines(&gvm_cfg, log_line, NULL);
 }
 
-/* "%p" in the stats path becomes the process id, so processes of one job
- * can write their own files. */
-static void stats_path(char *out, size_t len)
+/* "%p" in a path becomes the process id, so processes of one job write
+ * their own files. */
+static void expand_pid(const char *in, char *out, size_t len)
 {
-    const char *in = gvm_cfg.stats;
     size_t o = 0;
     for (; *in && o + 24 < len; in++) {
         if (in[0] == '%' && in[1] == 'p') {
@@ -175,6 +188,7 @@ static void stats_path(char *out, size_t len)
 
 __attribute__((destructor)) static void gvm_shim_report(void)
 {
+    gvm_trace_stop();
     /* A process that never reached the driver has nothing to say. */
     if (!gvm_cfg.stats[0] || driver_state <= 0) return;
     int ndev = gvm_topo.ndev;
@@ -184,7 +198,7 @@ __attribute__((destructor)) static void gvm_shim_report(void)
         return;
     }
     char path[GVM_CFG_PATH_MAX + 32];
-    stats_path(path, sizeof path);
+    expand_pid(gvm_cfg.stats, path, sizeof path);
     FILE *f = fopen(path, "w");
     if (!f) {
         gvm_warn("cannot write stats to %s", path);
