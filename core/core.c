@@ -1,5 +1,6 @@
 #include "core/core.h"
 
+#include "core/decoy.h"
 #include "core/log.h"
 #include "core/phys.h"
 #include "core/topo.h"
@@ -24,6 +25,7 @@ CUresult gvm_core_start(struct gvm_settings *s, void (*resolve)(struct gvm_setti
 {
     CUresult rc = gvm_topo_init();
     if (rc != CUDA_SUCCESS) return rc;
+    if (gvm_decoy_init()) return CUDA_ERROR_OUT_OF_MEMORY;   /* pointer queries need it */
     if (resolve) resolve(s);
     gvm_settings = *s;
     if (!gvm_topo.gran) return CUDA_ERROR_NOT_SUPPORTED;

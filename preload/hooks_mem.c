@@ -124,6 +124,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
 GVM_EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total_bytes)
 {
     gvm_hook_count(GVM_FN_cuMemGetInfo_v2);
+    if (!free_bytes || !total_bytes) return GVM_REAL(cuMemGetInfo_v2)(free_bytes, total_bytes);
     size_t f = 0, t = 0;
     CUresult rc = GVM_REAL(cuMemGetInfo_v2)(&f, &t);
     if (rc == CUDA_SUCCESS && gvm_shim_active()) {
@@ -132,7 +133,9 @@ GVM_EXPORT CUresult CUDAAPI cuMemGetInfo_v2(size_t *free_bytes, size_t *total_by
         if (current_device(&ctx, &dev) == CUDA_SUCCESS && dev >= 0 && dev < gvm_topo.ndev)
             gvm_policy_meminfo(dev, &f, &t);
     }
-    if (free_bytes) *free_bytes = f;
-    if (total_bytes) *total_bytes = t;
+    if (rc == CUDA_SUCCESS) {
+        *free_bytes = f;
+        *total_bytes = t;
+    }
     return rc;
 }

@@ -72,6 +72,11 @@ struct gvm_region *gvm_shim_use_host(const void *p);
 /* Hooks exported under libcuda's names, in the order of GVM_DRIVER_ALL. */
 extern void *const gvm_hook_table[GVM_FN_COUNT];
 
+/* Whether the allocation ref may be exported through legacy CUDA IPC
+ * (CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE): false until legacy IPC
+ * on gvmshim memory is served (a weak stub in hooks_query.c). */
+bool gvm_ipc_capable(const struct gvm_ref *ref);
+
 /* The current thread's tag (policy), 0 if none. */
 int gvm_shim_tag(void);
 

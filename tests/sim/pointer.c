@@ -52,6 +52,10 @@ CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUde
 
 /* ---- pointer attributes ----------------------------------------------- */
 
+/* What the driver knows of an address: nothing, only a reservation
+ * around it (cuMemAddressReserve with nothing mapped there), or memory. */
+enum { SIM_UNKNOWN, SIM_RESERVED, SIM_MEMORY };
+
 /* Everything an attribute query can say about one address. */
 struct sim_ptr_info {
     int known;
@@ -61,7 +65,7 @@ struct sim_ptr_info {
     uintptr_t range_base, map_base;
     size_t range_size, map_size;
     unsigned long long buffer_id, block_id, handle_types;
-    int rdma, host_visible;
+    int rdma, host_visible, native;
     unsigned mask, rwmask;
 };
 
@@ -70,16 +74,20 @@ static struct sim_ptr_info sim_ptr_lookup(uintptr_t p)
     struct sim_ptr_info pi = {0};
     struct sim_native *n = sim_native_at(p);
     struct sim_map *m = n ? NULL : sim_map_at(p);
+    struct sim_resv *r = n || m ? NULL : sim_resv_at(p);
     if (n) {
         pi = (struct sim_ptr_info){
-            .known = 1, .ctx = &sim.dev[n->dev].ctx, .memtype = CU_MEMORYTYPE_DEVICE,
+            .known = SIM_MEMORY, .ctx = &sim.dev[n->dev].ctx, .memtype = CU_MEMORYTYPE_DEVICE,
             .ordinal = n->dev, .range_base = n->base, .range_size = n->size,
             .map_base = n->base, .map_size = n->size, .buffer_id = n->id,
-            .block_id = n->id, .rdma = 1, .mask = 1u << n->dev, .rwmask = 1u << n->dev};
+            .block_id = n->id, .rdma = 1, .native = 1, .mask = 1u << n->dev, .rwmask = 1u << n->dev};
+    } else if (r) {
+        /* The range attributes name the reservation (cuda.h), MAPPED says 0. */
+        pi = (struct sim_ptr_info){.known = SIM_RESERVED, .range_base = r->base, .range_size = r->size};
     } else if (m) {
         int host = m->h->loc == SIMCUDA_LOC_HOST;
         pi = (struct sim_ptr_info){
-            .known = 1, .memtype = host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE,
+            .known = SIM_MEMORY, .memtype = host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE,
             .ordinal = host ? 0 : m->h->loc, .range_base = m->resv->base,
             .range_size = m->resv->size, .map_base = m->base, .map_size = m->size,
             .buffer_id = m->id, .block_id = m->h->id,
@@ -135,10 +143,25 @@ static unsigned long long sim_access_flags(const struct sim_ptr_info *pi)
                             : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE;
 }
 
+/* The value of attribute a for a reserved address without memory; 0 when
+ * it has none. */
+static int sim_resv_attr_value(const struct sim_ptr_info *pi, CUpointer_attribute a,
+                               unsigned long long *v)
+{
+    switch (a) {
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *v = pi->range_base; return 1;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *v = pi->range_size; return 1;
+    case CU_POINTER_ATTRIBUTE_MAPPED: *v = 0; return 1;
+    default: return 0;
+    }
+}
+
 /* The value of attribute a for a known pointer; 0 when it has none. */
 static int sim_attr_value(const struct sim_ptr_info *pi, CUpointer_attribute a, uintptr_t p,
                           unsigned long long *v)
 {
+    if (pi->known == SIM_RESERVED)
+        return sim_resv_attr_value(pi, a, v);
     switch (a) {
     case CU_POINTER_ATTRIBUTE_CONTEXT: *v = (uintptr_t)pi->ctx; return 1;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *v = pi->memtype; return 1;
@@ -148,7 +171,7 @@ static int sim_attr_value(const struct sim_ptr_info *pi, CUpointer_attribute a, 
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: *v = pi->buffer_id; return 1;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *v = 0; return 1;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *v = (unsigned)pi->ordinal; return 1;
-    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *v = 0; return 1;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *v = (unsigned)pi->native; return 1; /* cuMemAlloc memory only */
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *v = pi->range_base; return 1;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *v = pi->range_size; return 1;
     case CU_POINTER_ATTRIBUTE_MAPPED: *v = 1; return 1;
@@ -160,7 +183,7 @@ static int sim_attr_value(const struct sim_ptr_info *pi, CUpointer_attribute a, 
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: *v = pi->map_base; return 1;
     case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: *v = pi->block_id; return 1;
     case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: *v = 0; return 1;
-    default: return 0; /* P2P tokens: no nv-p2p kernel interface here */
+    default: return 0; /* P2P tokens: sim_p2p_tokens */
     }
 }
 
@@ -176,6 +199,17 @@ static void sim_attr_store(void *data, size_t width, unsigned long long v)
     }
 }
 
+/* Tokens for the nv-p2p kernel interface exist for cuMemAlloc memory only
+ * (cuda.h); these are made up, the sim has no such interface. */
+static int sim_p2p_tokens(const struct sim_ptr_info *pi, void *data)
+{
+    if (!pi->native)
+        return 0;
+    CUDA_POINTER_ATTRIBUTE_P2P_TOKENS t = {pi->buffer_id, 1};
+    memcpy(data, &t, sizeof t);
+    return 1;
+}
+
 static CUresult sim_pointer_attribute(void *data, CUpointer_attribute a, CUdeviceptr p)
 {
     unsigned long long v;
@@ -183,6 +217,8 @@ static CUresult sim_pointer_attribute(void *data, CUpointer_attribute a, CUdevic
     if (!data || !width)
         return CUDA_ERROR_INVALID_VALUE;
     struct sim_ptr_info pi = sim_ptr_lookup(p);
+    if (a == CU_POINTER_ATTRIBUTE_P2P_TOKENS)
+        return sim_p2p_tokens(&pi, data) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
     if (!pi.known || !sim_attr_value(&pi, a, p, &v))
         return CUDA_ERROR_INVALID_VALUE;
     sim_attr_store(data, width, v);
@@ -207,6 +243,8 @@ static CUresult sim_pointer_attributes(unsigned n, CUpointer_attribute *attrs, v
     struct sim_ptr_info pi = sim_ptr_lookup(p);
     for (unsigned i = 0; i < n; i++) {
         unsigned long long v = 0;
+        if (attrs[i] == CU_POINTER_ATTRIBUTE_P2P_TOKENS && sim_p2p_tokens(&pi, data[i]))
+            continue;
         if (!pi.known || !sim_attr_value(&pi, attrs[i], p, &v))
             v = 0;
         sim_attr_store(data[i], sim_attr_width(attrs[i]), v);
