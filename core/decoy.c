@@ -14,10 +14,28 @@
 #define _GNU_SOURCE
 #include "core/decoy.h"
 
+#include "core/driver.h"
+#include "core/log.h"
+
 #include <stddef.h>
 #include <sys/mman.h>
 
 static uintptr_t decoy_base;
+
+/* The decoy is only as good as the driver's ignorance of it: say so when
+ * the driver answers for it as for something it knows. */
+static void check_unknown(uintptr_t base)
+{
+    unsigned type = 0;
+    CUresult single = DRV(cuPointerGetAttribute, &type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)base);
+    CUdeviceptr start = 0;
+    CUpointer_attribute attrs[2] = {CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_MEMORY_TYPE};
+    void *data[2] = {&start, &type};
+    CUresult batch = DRV(cuPointerGetAttributes, 2, attrs, data, (CUdeviceptr)base);
+    if (single == CUDA_SUCCESS || (batch == CUDA_SUCCESS && (start || type)))
+        gvm_warn("the driver knows the decoy address %#lx; pointer queries on freed gvmshim memory may "
+                 "answer differently from native ones", (unsigned long)base);
+}
 
 int gvm_decoy_init(void)
 {
@@ -33,6 +51,8 @@ int gvm_decoy_init(void)
     uintptr_t none = 0;
     if (!__atomic_compare_exchange_n(&decoy_base, &none, base, false, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
         munmap((void *)base, GVM_DECOY_SIZE);
+    else
+        check_unknown(base);
     return 0;
 }
 

@@ -280,6 +280,7 @@ bool gvm_heap_find(uintptr_t p, struct gvm_ref *ref)
     struct gvm_region *r = gvm_vamap_get(p);
     if (!r) return false;
     uintptr_t shift = 0;
+    int only_slot = -1;
     if (__atomic_load_n(&r->kind, __ATOMIC_RELAXED) == GVM_REGION_ALIAS) {
         struct gvm_region *a = r;
         if (__atomic_load_n(&a->state, __ATOMIC_ACQUIRE) != GVM_REGION_LIVE || p >= a->base + a->mapped)
@@ -287,11 +288,15 @@ bool gvm_heap_find(uintptr_t p, struct gvm_ref *ref)
         r = a->target;
         shift = a->base - r->base;
         p -= shift;
+        only_slot = a->alias_slot;
     }
     if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) != GVM_REGION_LIVE) return false;
     ref->region = r;
     if (r->kind == GVM_REGION_CHUNK) {
         if (!gvm_slab_find(r, p, &ref->base, &ref->size, &ref->slot)) return false;
+        /* An alias of a small allocation shows its whole chunk, but only
+         * that allocation has a second address. */
+        if (only_slot >= 0 && ref->slot != only_slot) return false;
     } else {
         if (p < r->base || p >= r->base + r->size) return false;
         ref->base = r->base;

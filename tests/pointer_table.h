@@ -221,9 +221,13 @@ static inline void pt_attributes_all(const char *cas, const struct pt_subject *s
     pt_row(cas, "cuPointerGetAttributes", "documented-batch", rc, val);
 }
 
+/* More queries at every point (the gpu program adds the runtime's). */
+static void (*pt_extra)(const char *cas, const struct pt_subject *s, uintptr_t p);
+
 /* Every query at p, about subject s. */
 static inline void pt_point(const char *cas, const struct pt_subject *s, uintptr_t p)
 {
+    if (pt_extra) pt_extra(cas, s, p);
     pt_address_range(cas, s, p);
     for (size_t i = 0; i < PT_NATTRS; i++) pt_attribute(cas, s, p, &pt_attrs[i]);
     for (size_t i = 0; i < PT_NATTRS; i++) pt_attributes_one(cas, s, p, &pt_attrs[i]);
