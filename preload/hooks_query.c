@@ -26,12 +26,19 @@ static bool stranger(uintptr_t p)
     return gvm_heap_region(p) != NULL;
 }
 
+static bool context_current(void)
+{
+    CUcontext c = NULL;
+    return GVM_REAL(cuCtxGetCurrent)(&c) == CUDA_SUCCESS && c;
+}
+
 GVM_EXPORT CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
     gvm_hook_count(GVM_FN_cuMemGetAddressRange_v2);
     struct gvm_ref ref;
     if (gvm_shim_active()) {
-        if (gvm_heap_find((uintptr_t)dptr, &ref)) {
+        /* Without a current context the driver's answer is its error. */
+        if (gvm_heap_find((uintptr_t)dptr, &ref) && context_current()) {
             if (pbase) *pbase = (CUdeviceptr)ref.base;
             if (psize) *psize = ref.size;
             return CUDA_SUCCESS;

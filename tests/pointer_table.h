@@ -29,6 +29,7 @@
 #include <cuda.h>
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -227,11 +228,35 @@ static void (*pt_extra)(const char *cas, const struct pt_subject *s, uintptr_t p
 /* Every query at p, about subject s. */
 static inline void pt_point(const char *cas, const struct pt_subject *s, uintptr_t p)
 {
-    if (pt_extra) pt_extra(cas, s, p);
     pt_address_range(cas, s, p);
     for (size_t i = 0; i < PT_NATTRS; i++) pt_attribute(cas, s, p, &pt_attrs[i]);
     for (size_t i = 0; i < PT_NATTRS; i++) pt_attributes_one(cas, s, p, &pt_attrs[i]);
     pt_attributes_all(cas, s, p);
+    if (pt_extra) pt_extra(cas, s, p);   /* last: the runtime makes a context current */
+}
+
+struct pt_thread_arg {
+    const char *cas;
+    const struct pt_subject *s;
+    uintptr_t p;
+};
+
+static void *pt_thread_body(void *arg)
+{
+    const struct pt_thread_arg *a = (const struct pt_thread_arg *)arg;
+    pt_point(a->cas, a->s, a->p);
+    fflush(stdout);
+    return NULL;
+}
+
+/* The same queries from a new thread, where no context is current. */
+static inline void pt_no_context(const char *cas, const struct pt_subject *s, uintptr_t p)
+{
+    struct pt_thread_arg a = {cas, s, p};
+    pthread_t t;
+    fflush(stdout);
+    if (pthread_create(&t, NULL, pt_thread_body, &a) == 0) pthread_join(t, NULL);
+    else printf("%s|pthread_create failed\n", cas);
 }
 
 /* Whether the answers at p claim s: where the native answer depends on the
@@ -366,6 +391,9 @@ static inline int pt_table(struct pt_env *e)
     pt_edges("neighbour", &neighbour);
     pt_edges("large", &large);
     pt_bad_arguments("large", &large);
+    pt_no_context("no-context.small.interior", &small, small.base + 10);
+    pt_no_context("no-context.large.interior", &large, large.base + 10);
+    pt_no_context("no-context.large.end+16", &large, large.base + large.size + 16);
 
     /* Moves: the program still sees device memory of device 0. */
     pt_move(e, &large, GVM_HOST);
@@ -414,6 +442,7 @@ static inline int pt_table(struct pt_env *e)
     pt_release(e, &large);
     pt_freed("large.freed", &large);
     pt_point("large.freed.end+16", &large, large.base + large.size + 16);
+    pt_no_context("no-context.large.freed", &large, large.base + 10);
     struct pt_subject huge = pt_new(e, 64 * PT_MIB);
     pt_release(e, &huge);
     pt_freed("released", &huge);

@@ -31,9 +31,13 @@ int sim_is_dev_addr(uintptr_t p)
 /* ---- address range ---------------------------------------------------- */
 
 /* For VMM memory the range is the mapping (the physical segment), not the
- * reservation: that is what the real driver answers. */
+ * reservation: that is what the real driver answers. Like the real driver
+ * it needs a current context. */
 static CUresult sim_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr p)
 {
+    CUresult rc = sim_need_ctx(NULL);
+    if (rc != CUDA_SUCCESS)
+        return rc;
     struct sim_native *n = sim_native_at(p);
     struct sim_map *m = n ? NULL : sim_map_at(p);
     if (!n && !m)
