@@ -251,6 +251,7 @@ GVM_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int n, CUpointer_att
     CUresult rc = GVM_REAL(cuPointerGetAttributes)(n, attrs, data, gvm_decoy_for((uintptr_t)ptr));
     if (rc != CUDA_SUCCESS) return rc;
     for (unsigned i = 0; i < n; i++) {
+        if (!data[i]) continue;
         if (!live) {
             restore_address(data[i], attrs[i], (uintptr_t)ptr);
             continue;
