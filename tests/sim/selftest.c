@@ -732,6 +732,25 @@ static void test_pointers(void)
     CHECK_RC(cuMemGetAddressRange_v2(&base, &size, r), CUDA_ERROR_NOT_FOUND);
     CHECK_RC(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, r),
              CUDA_ERROR_INVALID_VALUE);
+    /* Reserved without memory: the range attributes name the reservation. */
+    CU_OK(cuPointerGetAttribute(&base, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, r + 5));
+    CHECK(base == r);
+    unsigned flag = 7;
+    CU_OK(cuPointerGetAttribute(&flag, CU_POINTER_ATTRIBUTE_MAPPED, r + 5));
+    CHECK(flag == 0);
+    /* cuMemAlloc memory only: legacy IPC and nv-p2p tokens. */
+    CU_OK(cuPointerGetAttribute(&flag, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, n));
+    CHECK(flag == 1);
+    CU_OK(cuPointerGetAttribute(&flag, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, r + 3 * MiB));
+    CHECK(flag == 0);
+    CUDA_POINTER_ATTRIBUTE_P2P_TOKENS tokens;
+    CU_OK(cuPointerGetAttribute(&tokens, CU_POINTER_ATTRIBUTE_P2P_TOKENS, n));
+    CHECK_RC(cuPointerGetAttribute(&tokens, CU_POINTER_ATTRIBUTE_P2P_TOKENS, r + 3 * MiB),
+             CUDA_ERROR_INVALID_VALUE);
+    /* The address range needs a current context. */
+    CU_OK(cuCtxSetCurrent(NULL));
+    CHECK_RC(cuMemGetAddressRange_v2(&base, &size, n), CUDA_ERROR_INVALID_CONTEXT);
+    CU_OK(cuCtxSetCurrent(cur));
     CHECK_RC(cuPointerGetAttribute(&type, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, (CUdeviceptr)&type),
              CUDA_ERROR_INVALID_VALUE);
 
@@ -747,6 +766,8 @@ static void test_pointers(void)
     CHECK(type == 0 && ordinal == 0 && size == 0);
     CU_OK(cuPointerGetAttributes(3, attrs, data, r + 2 * MiB));
     CHECK(type == CU_MEMORYTYPE_DEVICE && ordinal == 1 && size == 8 * MiB);
+    CU_OK(cuPointerGetAttributes(3, attrs, data, r + 5));
+    CHECK(type == 0 && ordinal == 0 && size == 8 * MiB);
 
     CU_OK(cuMemUnmap(r + 2 * MiB, 2 * MiB));
     CU_OK(cuMemRelease(h));
