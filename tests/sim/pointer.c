@@ -175,7 +175,8 @@ static int sim_attr_value(const struct sim_ptr_info *pi, CUpointer_attribute a, 
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: *v = pi->buffer_id; return 1;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *v = 0; return 1;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *v = (unsigned)pi->ordinal; return 1;
-    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *v = (unsigned)pi->native; return 1; /* cuMemAlloc memory only */
+    /* Legacy IPC exports cuMemAlloc memory only. */
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *v = (unsigned)pi->native; return 1;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *v = pi->range_base; return 1;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *v = pi->range_size; return 1;
     case CU_POINTER_ATTRIBUTE_MAPPED: *v = 1; return 1;
