@@ -15,6 +15,11 @@ typedef CUresult (*gvm_pfn_getproc_v1)(const char *, void **, int, cuuint64_t);
 CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersion,
                                   cuuint64_t flags);
 
+/* cuda.h renames cuStreamBeginCapture to the _v2 that takes a mode; the
+ * one-argument symbol (CUDA 10.0) and its per-thread twin still exist. */
+#undef cuStreamBeginCapture
+CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream);
+
 /* The per-thread default-stream variants have the base ABI. */
 #define GVM_PT_VARIANTS(X)                                                     \
     X(cuMemcpy, _ptds) X(cuMemcpyAsync, _ptsz) X(cuMemcpyPeer, _ptds)          \
@@ -36,7 +41,10 @@ CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersio
     X(cuMemFreeAsync, _ptsz) X(cuLaunchKernel, _ptsz)                          \
     X(cuLaunchKernelEx, _ptsz) X(cuLaunchCooperativeKernel, _ptsz)             \
     X(cuGraphLaunch, _ptsz) X(cuStreamSynchronize, _ptsz)                      \
-    X(cuStreamQuery, _ptsz) X(cuEventRecord, _ptsz)
+    X(cuStreamQuery, _ptsz) X(cuEventRecord, _ptsz)                            \
+    X(cuStreamBeginCapture, _ptsz) X(cuStreamBeginCapture_v2, _ptsz)          \
+    X(cuStreamBeginCaptureToGraph, _ptsz)                                      \
+    X(cuStreamEndCapture, _ptsz) X(cuStreamIsCapturing, _ptsz)
 
 #define GVM_DECLARE_PT(base, sfx) extern __typeof__(base) base##sfx;
 GVM_PT_VARIANTS(GVM_DECLARE_PT)

@@ -35,6 +35,8 @@ CUresult sim_copy_1d(uintptr_t dst, int dkind, uintptr_t src, int skind, size_t 
 static CUresult sim_copy_sync(uintptr_t dst, int dkind, uintptr_t src, int skind, size_t n)
 {
     CUresult rc = sim_need_ctx(NULL);
+    if (rc == CUDA_SUCCESS)
+        rc = sim_capture_unsafe();
     return rc != CUDA_SUCCESS ? rc : sim_copy_1d(dst, dkind, src, skind, n);
 }
 
@@ -42,6 +44,10 @@ static CUresult sim_copy_async(uintptr_t dst, int dkind, uintptr_t src, int skin
                                CUstream s)
 {
     CUresult rc = sim_stream_dev(s, NULL);
+    struct sim_node node = {.kind = SIM_NODE_COPY, .dst = dst, .dkind = dkind, .src = src,
+                            .skind = skind, .n = n};
+    if (rc == CUDA_SUCCESS && sim_capture_add(s, &node, &rc))
+        return rc;
     return rc != CUDA_SUCCESS ? rc : sim_copy_1d(dst, dkind, src, skind, n);
 }
 

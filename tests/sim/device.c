@@ -338,5 +338,5 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
 /* All work ran at enqueue time, so synchronizing only checks the context. */
 CUresult CUDAAPI cuCtxSynchronize(void)
 {
-    SIM_API(cuCtxSynchronize, SIM_NOLOCK, sim_need_ctx(NULL));
+    SIM_API(cuCtxSynchronize, SIM_READ, sim_capture_ctx_sync());
 }

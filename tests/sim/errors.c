@@ -39,6 +39,9 @@ static const struct sim_error sim_errors[] = {
     SIM_ERR(CUDA_ERROR_SYSTEM_NOT_READY, "system not yet initialized"),
     SIM_ERR(CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "operation not permitted when stream is capturing"),
     SIM_ERR(CUDA_ERROR_STREAM_CAPTURE_INVALIDATED, "operation failed due to a previous error during capture"),
+    SIM_ERR(CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD, "attempt to terminate a thread-local capture sequence from another thread"),
+    SIM_ERR(CUDA_ERROR_CAPTURED_EVENT, "operation not permitted on an event last recorded in a capturing stream"),
+    SIM_ERR(CUDA_ERROR_ILLEGAL_STATE, "the operation cannot be performed in the present state"),
     SIM_ERR(CUDA_ERROR_TIMEOUT, "wait operation timed out"),
     SIM_ERR(CUDA_ERROR_UNKNOWN, "unknown error"),
 };

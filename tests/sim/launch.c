@@ -4,6 +4,7 @@
 #include "sim.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 /* Parameters are packed at their natural alignment: the largest power of
  * two dividing the size, capped at 8 (a 12-byte struct of floats sits on 4). */
@@ -95,6 +96,23 @@ static CUresult sim_launch_check(const struct sim_launch *l)
 
 /* Checks under the lock, then runs the body without it so a kernel body
  * may itself call the driver. */
+/* A launch on a capturing stream: its parameters are packed and kept. */
+static int sim_launch_recorded(const struct sim_launch *l, void **params, CUresult *rc)
+{
+    struct sim_node node = {.kind = SIM_NODE_KERNEL, .f = l->f};
+    node.args = malloc(l->f->total ? l->f->total : 1);
+    if (!node.args)
+        sim_die("out of memory recording a launch");
+    for (unsigned i = 0; i < l->f->nparams; i++)
+        memcpy(node.args + l->f->offset[i], params[i], l->f->size[i]);
+    pthread_rwlock_rdlock(&sim.lock);
+    int recorded = sim_capture_add(l->stream, &node, rc);
+    pthread_rwlock_unlock(&sim.lock);
+    if (!recorded)
+        free(node.args);
+    return recorded;
+}
+
 static CUresult sim_launch(const struct sim_launch *l)
 {
     void **unpacked = NULL;
@@ -103,6 +121,10 @@ static CUresult sim_launch(const struct sim_launch *l)
     pthread_rwlock_unlock(&sim.lock);
     if (rc == CUDA_SUCCESS && l->extra)
         rc = sim_unpack_extra(l->f, l->extra, &unpacked);
+    if (rc == CUDA_SUCCESS && sim_launch_recorded(l, unpacked ? unpacked : l->params, &rc)) {
+        free(unpacked);
+        return rc;
+    }
     if (rc == CUDA_SUCCESS && l->f->body)
         l->f->body(unpacked ? unpacked : l->params);
     free(unpacked);
@@ -142,10 +164,6 @@ static CUresult sim_launch_ex(const CUlaunchConfig *c, CUfunction f, void **para
 SIM_API2(cuLaunchKernelEx, cuLaunchKernelEx_ptsz, SIM_NOLOCK,
          (const CUlaunchConfig *config, CUfunction f, void **kernelParams, void **extra),
          sim_launch_ex(config, f, kernelParams, extra))
-
-/* The sim has no graphs; launching one just succeeds. */
-SIM_API2(cuGraphLaunch, cuGraphLaunch_ptsz, SIM_NOLOCK,
-         (CUgraphExec hGraphExec, CUstream hStream), CUDA_SUCCESS)
 
 /* ---- parameter layout ------------------------------------------------- */
 

@@ -18,7 +18,7 @@ static void sim_fill_row(unsigned char *p, unsigned value, unsigned elem, size_t
 
 /* Fills `height` rows of `width` elements of `elem` bytes, `pitch` apart.
  * Like the real driver, the destination must be aligned to the element. */
-static CUresult sim_fill(uintptr_t dst, size_t pitch, unsigned value, unsigned elem,
+CUresult sim_fill(uintptr_t dst, size_t pitch, unsigned value, unsigned elem,
                          size_t width, size_t height)
 {
     size_t row, span;
@@ -40,6 +40,8 @@ static CUresult sim_fill_sync(uintptr_t dst, size_t pitch, unsigned value, unsig
                               size_t width, size_t height)
 {
     CUresult rc = sim_need_ctx(NULL);
+    if (rc == CUDA_SUCCESS)
+        rc = sim_capture_unsafe();
     return rc != CUDA_SUCCESS ? rc : sim_fill(dst, pitch, value, elem, width, height);
 }
 
@@ -47,6 +49,10 @@ static CUresult sim_fill_async(uintptr_t dst, size_t pitch, unsigned value, unsi
                                size_t width, size_t height, CUstream s)
 {
     CUresult rc = sim_stream_dev(s, NULL);
+    struct sim_node node = {.kind = SIM_NODE_FILL, .dst = dst, .pitch = pitch, .value = value,
+                            .elem = elem, .width = width, .height = height};
+    if (rc == CUDA_SUCCESS && sim_capture_add(s, &node, &rc))
+        return rc;
     return rc != CUDA_SUCCESS ? rc : sim_fill(dst, pitch, value, elem, width, height);
 }
 

@@ -81,7 +81,7 @@ static CUresult sim_mem_alloc(CUdeviceptr *dptr, size_t size)
 
 CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
-    SIM_API(cuMemAlloc_v2, SIM_WRITE, sim_mem_alloc(dptr, bytesize));
+    SIM_API(cuMemAlloc_v2, SIM_WRITE, sim_capture_unsafe() ?: sim_mem_alloc(dptr, bytesize));
 }
 
 static CUresult sim_mem_alloc_v1(unsigned int *dptr, unsigned int size)
@@ -99,7 +99,7 @@ static CUresult sim_mem_alloc_v1(unsigned int *dptr, unsigned int size)
 
 CUresult CUDAAPI cuMemAlloc(unsigned int *dptr, unsigned int bytesize)
 {
-    SIM_API(cuMemAlloc, SIM_WRITE, sim_mem_alloc_v1(dptr, bytesize));
+    SIM_API(cuMemAlloc, SIM_WRITE, sim_capture_unsafe() ?: sim_mem_alloc_v1(dptr, bytesize));
 }
 
 /* Pitch rounds rows to 512 bytes, the texture pitch alignment of real
@@ -122,7 +122,7 @@ CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pPitch, size_t Wi
                                     size_t Height, unsigned int ElementSizeBytes)
 {
     SIM_API(cuMemAllocPitch_v2, SIM_WRITE,
-            sim_mem_alloc_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes));
+            sim_capture_unsafe() ?: sim_mem_alloc_pitch(dptr, pPitch, WidthInBytes, Height, ElementSizeBytes));
 }
 
 /* Freeing needs the allocation's base: interior pointers are refused. */
@@ -140,7 +140,7 @@ static CUresult sim_mem_free(CUdeviceptr p)
 
 CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 {
-    SIM_API(cuMemFree_v2, SIM_WRITE, sim_mem_free(dptr));
+    SIM_API(cuMemFree_v2, SIM_WRITE, sim_capture_unsafe() ?: sim_mem_free(dptr));
 }
 
 /* Stream-ordered allocation is immediate here; it charges the stream's
@@ -162,9 +162,16 @@ SIM_API2(cuMemAllocAsync, cuMemAllocAsync_ptsz, SIM_WRITE,
          (CUdeviceptr *dptr, size_t bytesize, CUstream hStream),
          sim_mem_alloc_async(dptr, bytesize, hStream))
 
+/* On a capturing stream a free becomes a node freeing a graph allocation,
+ * which the sim has none of: the call fails and breaks the capture. */
 static CUresult sim_mem_free_async(CUdeviceptr p, CUstream s)
 {
     CUresult rc = sim_stream_dev(s, NULL);
+    struct sim_node none = {.kind = SIM_NODE_COPY};
+    if (rc == CUDA_SUCCESS && sim_capture_add(s, &none, &rc) && rc == CUDA_SUCCESS) {
+        sim_capture_stream_sync(s); /* invalidates it */
+        return CUDA_ERROR_INVALID_VALUE;
+    }
     return rc != CUDA_SUCCESS ? rc : sim_mem_free(p);
 }
 

@@ -886,18 +886,24 @@ static void test_procaddr(void)
     CU_OK(cuGetProcAddress("cuMemMap", &fn, 11040, 0));
     CHECK(fn == sym(lib, "cuMemMap"));
 
-    /* Every entry point of the driver list, by exact name. */
+    /* cuStreamBeginCapture takes a mode from CUDA 10.1 on (the _v2). */
+    CHECK(proc("cuStreamBeginCapture", 13000, 0, 0, OK) == sym(lib, "cuStreamBeginCapture_v2"));
+    CHECK(proc("cuStreamBeginCapture", 13000, PT, 0, OK) == sym(lib, "cuStreamBeginCapture_v2_ptsz"));
+    CHECK(proc("cuStreamBeginCapture", 10000, PT, 0, OK) == sym(lib, "cuStreamBeginCapture_ptsz"));
+    /* Every entry point of the driver list, by exact name (but the two
+     * whose base name is versioned). */
+#define SIM_VERSIONED(name) (!strcmp(name, "cuGetProcAddress") || !strcmp(name, "cuStreamBeginCapture"))
 #define SIM_CHECK_EXPORT(name)                                                 \
-    CHECK(proc(#name, 13000, 0, 0, OK) == sym(lib, #name) ||                   \
-          strcmp(#name, "cuGetProcAddress") == 0);
+    CHECK(proc(#name, 13000, 0, 0, OK) == sym(lib, #name) || SIM_VERSIONED(#name));
     GVM_DRIVER_ALL(SIM_CHECK_EXPORT, SIM_CHECK_EXPORT)
 #undef SIM_CHECK_EXPORT
     /* Every per-thread twin, with and without the flag. */
 #define SIM_CHECK_TWIN(base, sfx)                                              \
-    CHECK(proc(#base, 13000, PT, 0, OK) == sym(lib, #base #sfx));              \
-    CHECK(proc(#base, 13000, 0, 0, OK) == sym(lib, #base));
+    CHECK(SIM_VERSIONED(#base) || proc(#base, 13000, PT, 0, OK) == sym(lib, #base #sfx)); \
+    CHECK(SIM_VERSIONED(#base) || proc(#base, 13000, 0, 0, OK) == sym(lib, #base));
     GVM_PT_VARIANTS(SIM_CHECK_TWIN)
 #undef SIM_CHECK_TWIN
+#undef SIM_VERSIONED
     dlclose(lib);
 }
 
@@ -970,8 +976,8 @@ static void test_launch(void)
     CU_OK(cuLaunchCooperativeKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, params));
     CU_OK(cuLaunchCooperativeKernel_ptsz(f, 1, 1, 1, 1, 1, 1, 0, NULL, params));
     CHECK(seen_i == 11 && launches == 6);
-    CU_OK(cuGraphLaunch(NULL, NULL));
-    CU_OK(cuGraphLaunch_ptsz(NULL, NULL));
+    CHECK(cuGraphLaunch(NULL, NULL) == CUDA_ERROR_INVALID_VALUE);
+    CHECK(cuGraphLaunch_ptsz(NULL, NULL) == CUDA_ERROR_INVALID_VALUE);
 
     const size_t psize = sizeof(CUdeviceptr);
     CUfunction g = simcuda_function(body_reenter, 1, &psize);

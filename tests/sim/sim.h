@@ -23,7 +23,9 @@ CUresult CUDAAPI cuMemAlloc(unsigned int *dptr, unsigned int bytesize);
  * cuGetProcAddress need beyond it. */
 #define SIM_EXTRA_EXPORTS(X)                                                   \
     X(cuMemAlloc) X(cuDeviceGetName) X(cuMemGetAccess) X(cuStreamQuery)       \
-    X(cuStreamQuery_ptsz) X(cuStreamSynchronize_ptsz) X(cuEventRecord_ptsz)
+    X(cuStreamQuery_ptsz) X(cuStreamSynchronize_ptsz) X(cuEventRecord_ptsz)   \
+    X(cuStreamIsCapturing_ptsz)                                                \
+    X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy) X(cuGraphDestroy)
 #define SIM_EXPORTS(X) GVM_DRIVER_ALL(X, X) SIM_EXTRA_EXPORTS(X)
 
 #define SIM_ENUM(name) SIM_FN_##name,
@@ -39,13 +41,16 @@ struct CUctx_st {
     int dev;
     unsigned refs; /* primary-context retain count */
 };
+struct sim_capture;
 struct CUstream_st {
     int dev;
     unsigned flags;
+    struct sim_capture *cap; /* the capture it records into, or NULL */
 };
 struct CUevent_st {
     int dev;
     unsigned flags;
+    unsigned long long captured; /* id of the capture it was last recorded in, 0: none */
 };
 struct CUfunc_st {
     void (*body)(void **params);
@@ -168,9 +173,40 @@ int sim_dev_span_ok(uintptr_t p, size_t n);
 /* True when p lies in memory the driver owns (native or reserved VA). */
 int sim_is_dev_addr(uintptr_t p);
 
-/* Copies (lock held). */
+/* Stream capture (graph.c; lock held). A stream that captures records
+ * copies, sets and launches into its graph instead of running them. */
+struct sim_node { /* one recorded operation */
+    enum { SIM_NODE_COPY, SIM_NODE_FILL, SIM_NODE_KERNEL } kind;
+    uintptr_t dst, src;
+    int dkind, skind;
+    size_t n, pitch, width, height; /* copy: n; fill: pitch, width, height */
+    unsigned value, elem;
+    CUfunction f;
+    unsigned char *args; /* kernel: the packed parameters (owned) */
+};
+/* True (with the call's result in *rc) when s captures: node was recorded. */
+int sim_capture_add(CUstream s, const struct sim_node *node, CUresult *rc);
+/* A "potentially unsafe" call (allocation, free, synchronous copy or set,
+ * VMM): CUDA_SUCCESS when the calling thread's capture mode allows it, else
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED with the forbidding captures
+ * invalidated. */
+CUresult sim_capture_unsafe(void);
+/* Waits on the current context's device, on a stream, on an event: they
+ * conflict with an open capture there (which they invalidate). */
+CUresult sim_capture_ctx_sync(void);
+CUresult sim_capture_stream_sync(CUstream s);
+CUresult sim_capture_event_sync(CUevent e);
+/* Event record and wait: a record on a capturing stream marks the event;
+ * a stream waiting on such an event joins that capture. */
+CUresult sim_capture_event_record(CUevent e, CUstream s);
+CUresult sim_capture_stream_wait(CUstream s, CUevent e);
+void sim_captures_reset(void);
+
+/* Copies and sets (lock held). */
 enum sim_side_kind { SIM_HOSTMEM, SIM_DEVMEM, SIM_UNIFIED };
 CUresult sim_copy_1d(uintptr_t dst, int dkind, uintptr_t src, int skind, size_t n);
+CUresult sim_fill(uintptr_t dst, size_t pitch, unsigned value, unsigned elem, size_t width,
+                  size_t height);
 
 #pragma GCC visibility pop
 

@@ -341,6 +341,7 @@ void simcuda_reset(void)
     pthread_rwlock_wrlock(&sim.lock);
     sim_vmm_reset();
     sim_native_reset();
+    sim_captures_reset();
     sim_streams_reset();
     sim_ctx_reset_all();
     __atomic_store_n(&sim.initialized, 0, __ATOMIC_RELEASE);

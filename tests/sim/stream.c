@@ -1,6 +1,6 @@
-/* Streams, events and stream capture. Device work runs when it is
- * enqueued, so every wait, query and synchronize succeeds at once; what is
- * checked is that the handles are live. */
+/* Streams and events. Device work runs when it is enqueued, so every wait,
+ * query and synchronize succeeds at once; what is checked is that the
+ * handles are live and that no capture forbids it (graph.c). */
 #include "sim.h"
 
 #include <stdlib.h>
@@ -66,10 +66,26 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
 }
 
 SIM_API2(cuStreamSynchronize, cuStreamSynchronize_ptsz, SIM_READ,
-         (CUstream hStream), sim_stream_dev(hStream, NULL))
+         (CUstream hStream), sim_capture_stream_sync(hStream))
 
 SIM_API2(cuStreamQuery, cuStreamQuery_ptsz, SIM_READ,
-         (CUstream hStream), sim_stream_dev(hStream, NULL))
+         (CUstream hStream), sim_capture_stream_sync(hStream))
+
+static CUresult sim_stream_get_ctx(CUstream s, CUcontext *pctx)
+{
+    int dev;
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = sim_stream_dev(s, &dev);
+    if (rc == CUDA_SUCCESS)
+        *pctx = &sim.dev[dev].ctx;
+    return rc;
+}
+
+CUresult CUDAAPI cuStreamGetCtx(CUstream hStream, CUcontext *pctx)
+{
+    SIM_API(cuStreamGetCtx, SIM_READ, sim_stream_get_ctx(hStream, pctx));
+}
 
 static int sim_event_live(CUevent e)
 {
@@ -78,47 +94,13 @@ static int sim_event_live(CUevent e)
 
 static CUresult sim_stream_wait_event(CUstream s, CUevent e, unsigned flags)
 {
-    CUresult rc = sim_stream_dev(s, NULL);
-    if (rc != CUDA_SUCCESS)
-        return rc;
-    return sim_event_live(e) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    (void)flags;
+    return sim_capture_stream_wait(s, e);
 }
 
 CUresult CUDAAPI cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 {
     SIM_API(cuStreamWaitEvent, SIM_READ, sim_stream_wait_event(hStream, hEvent, Flags));
-}
-
-static CUresult sim_is_capturing(CUstream s, CUstreamCaptureStatus *st)
-{
-    if (!st)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUresult rc = sim_stream_dev(s, NULL);
-    if (rc == CUDA_SUCCESS)
-        *st = CU_STREAM_CAPTURE_STATUS_NONE;
-    return rc;
-}
-
-CUresult CUDAAPI cuStreamIsCapturing(CUstream hStream, CUstreamCaptureStatus *captureStatus)
-{
-    SIM_API(cuStreamIsCapturing, SIM_READ, sim_is_capturing(hStream, captureStatus));
-}
-
-static __thread CUstreamCaptureMode sim_capture_mode = CU_STREAM_CAPTURE_MODE_GLOBAL;
-
-static CUresult sim_exchange_capture_mode(CUstreamCaptureMode *mode)
-{
-    if (!mode)
-        return CUDA_ERROR_INVALID_VALUE;
-    CUstreamCaptureMode old = sim_capture_mode;
-    sim_capture_mode = *mode;
-    *mode = old;
-    return CUDA_SUCCESS;
-}
-
-CUresult CUDAAPI cuThreadExchangeStreamCaptureMode(CUstreamCaptureMode *mode)
-{
-    SIM_API(cuThreadExchangeStreamCaptureMode, SIM_NOLOCK, sim_exchange_capture_mode(mode));
 }
 
 /* ---- events ----------------------------------------------------------- */
@@ -163,9 +145,7 @@ CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent)
 
 static CUresult sim_event_record(CUevent e, CUstream s)
 {
-    if (!sim_event_live(e))
-        return CUDA_ERROR_INVALID_HANDLE;
-    return sim_stream_dev(s, NULL);
+    return sim_capture_event_record(e, s);
 }
 
 SIM_API2(cuEventRecord, cuEventRecord_ptsz, SIM_READ,
@@ -173,7 +153,7 @@ SIM_API2(cuEventRecord, cuEventRecord_ptsz, SIM_READ,
 
 static CUresult sim_event_check(CUevent e)
 {
-    return sim_event_live(e) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_HANDLE;
+    return sim_capture_event_sync(e);
 }
 
 CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)

@@ -128,7 +128,7 @@ static CUresult sim_address_reserve(CUdeviceptr *ptr, size_t size, size_t align,
 CUresult CUDAAPI cuMemAddressReserve(CUdeviceptr *ptr, size_t size, size_t alignment,
                                      CUdeviceptr addr, unsigned long long flags)
 {
-    SIM_API(cuMemAddressReserve, SIM_WRITE,
+    SIM_API(cuMemAddressReserve, SIM_WRITE, sim_capture_unsafe() ?:
             sim_address_reserve(ptr, size, alignment, addr, flags));
 }
 
@@ -153,7 +153,7 @@ static CUresult sim_address_free(CUdeviceptr p, size_t size)
 
 CUresult CUDAAPI cuMemAddressFree(CUdeviceptr ptr, size_t size)
 {
-    SIM_API(cuMemAddressFree, SIM_WRITE, sim_address_free(ptr, size));
+    SIM_API(cuMemAddressFree, SIM_WRITE, sim_capture_unsafe() ?: sim_address_free(ptr, size));
 }
 
 /* ---- physical allocations --------------------------------------------- */
@@ -254,7 +254,7 @@ static CUresult sim_mem_create(CUmemGenericAllocationHandle *out, size_t size,
 CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
                              const CUmemAllocationProp *prop, unsigned long long flags)
 {
-    SIM_API(cuMemCreate, SIM_WRITE, sim_mem_create(handle, size, prop, flags));
+    SIM_API(cuMemCreate, SIM_WRITE, sim_capture_unsafe() ?: sim_mem_create(handle, size, prop, flags));
 }
 
 static CUresult sim_mem_release(CUmemGenericAllocationHandle id)
@@ -268,7 +268,7 @@ static CUresult sim_mem_release(CUmemGenericAllocationHandle id)
 
 CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
 {
-    SIM_API(cuMemRelease, SIM_WRITE, sim_mem_release(handle));
+    SIM_API(cuMemRelease, SIM_WRITE, sim_capture_unsafe() ?: sim_mem_release(handle));
 }
 
 /* ---- mappings --------------------------------------------------------- */
@@ -315,7 +315,7 @@ static CUresult sim_mem_map(CUdeviceptr p, size_t size, size_t offset,
 CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
                           CUmemGenericAllocationHandle handle, unsigned long long flags)
 {
-    SIM_API(cuMemMap, SIM_WRITE, sim_mem_map(ptr, size, offset, handle, flags));
+    SIM_API(cuMemMap, SIM_WRITE, sim_capture_unsafe() ?: sim_mem_map(ptr, size, offset, handle, flags));
 }
 
 static void sim_map_destroy(struct sim_map *m)
@@ -342,7 +342,7 @@ static CUresult sim_mem_unmap(CUdeviceptr p, size_t size)
 
 CUresult CUDAAPI cuMemUnmap(CUdeviceptr ptr, size_t size)
 {
-    SIM_API(cuMemUnmap, SIM_WRITE, sim_mem_unmap(ptr, size));
+    SIM_API(cuMemUnmap, SIM_WRITE, sim_capture_unsafe() ?: sim_mem_unmap(ptr, size));
 }
 
 /* ---- access ----------------------------------------------------------- */
@@ -419,7 +419,7 @@ static CUresult sim_mem_set_access(CUdeviceptr p, size_t size, const CUmemAccess
 CUresult CUDAAPI cuMemSetAccess(CUdeviceptr ptr, size_t size, const CUmemAccessDesc *desc,
                                 size_t count)
 {
-    SIM_API(cuMemSetAccess, SIM_WRITE, sim_mem_set_access(ptr, size, desc, count));
+    SIM_API(cuMemSetAccess, SIM_WRITE, sim_capture_unsafe() ?: sim_mem_set_access(ptr, size, desc, count));
 }
 
 static CUresult sim_mem_get_access(unsigned long long *flags, const CUmemLocation *l,
