@@ -63,7 +63,18 @@
     O(cuLaunchKernelEx_ptsz) O(cuLaunchCooperativeKernel)                      \
     O(cuLaunchCooperativeKernel_ptsz) O(cuGraphLaunch) O(cuGraphLaunch_ptsz)
 
-#define GVM_DRIVER_HOOKED(R, O) GVM_DRIVER_SERVED(R, O) GVM_DRIVER_LAUNCH(R, O)
-#define GVM_DRIVER_ALL(R, O) GVM_DRIVER_CORE(R, O) GVM_DRIVER_HOOKED(R, O)
+/* ---- stream capture (preload/hooks_capture.c) ----
+ * The begin and end of every capture are interposed so the core knows when
+ * a device-wide wait would break one (core/capture.h); the stream's context
+ * tells which device a capture is on. */
+#define GVM_DRIVER_CAPTURE_USED(R, O) O(cuStreamGetCtx)
+#define GVM_DRIVER_CAPTURE(R, O)                                               \
+    O(cuStreamBeginCapture) O(cuStreamBeginCapture_ptsz)                       \
+    O(cuStreamBeginCapture_v2) O(cuStreamBeginCapture_v2_ptsz)                 \
+    O(cuStreamBeginCaptureToGraph) O(cuStreamBeginCaptureToGraph_ptsz)         \
+    O(cuStreamEndCapture) O(cuStreamEndCapture_ptsz)
+
+#define GVM_DRIVER_HOOKED(R, O) GVM_DRIVER_SERVED(R, O) GVM_DRIVER_CAPTURE(R, O) GVM_DRIVER_LAUNCH(R, O)
+#define GVM_DRIVER_ALL(R, O) GVM_DRIVER_CORE(R, O) GVM_DRIVER_CAPTURE_USED(R, O) GVM_DRIVER_HOOKED(R, O)
 
 #endif

@@ -1,5 +1,6 @@
 #include "core/heap.h"
 
+#include "core/capture.h"
 #include "core/driver.h"
 #include "core/log.h"
 #include "core/move.h"
@@ -85,12 +86,20 @@ static unsigned bucket_of(size_t mapped) { return (unsigned)((mapped / gvm_topo.
  * finished (topo.h); the wait, when one is needed, is one device sync. */
 static void cache_return(int device, struct gvm_region *r);
 
+/* While a capture is open on the device no wait may run: only a region
+ * already settled can be reused, else the caller takes fresh memory. */
+static bool reusable(int device, const struct gvm_region *r, bool capturing)
+{
+    return !capturing || gvm_topo_settled(device, r->freed_at);
+}
+
 static struct gvm_region *cache_take(int device, size_t mapped)
 {
     struct cache *c = &caches[device];
+    bool capturing = gvm_capture_open(device);
     gvm_heap_lock();
     struct gvm_region **pp = &c->bucket[bucket_of(mapped)];
-    while (*pp && (*pp)->mapped != mapped) pp = &(*pp)->next;
+    while (*pp && ((*pp)->mapped != mapped || !reusable(device, *pp, capturing))) pp = &(*pp)->next;
     struct gvm_region *r = *pp;
     if (r) {
         *pp = r->next;
@@ -116,10 +125,57 @@ static void cache_unlink(struct cache *c, struct gvm_region *r)
     c->bytes -= r->mapped;
 }
 
+/* ---- frees deferred while a capture is open ------------------------------ */
+
+/* Freed regions that must not be unmapped yet: a wait for their users was
+ * refused because a stream capture is open. They stay mapped (still counted
+ * resident) until the first chance with no capture open. */
+static struct gvm_region *deferred;
+static unsigned ndeferred;
+
+static void defer(struct gvm_region *r)
+{
+    __atomic_store_n(&r->state, GVM_REGION_FREE, __ATOMIC_RELEASE);
+    gvm_heap_lock();
+    r->next = deferred;
+    deferred = r;
+    __atomic_fetch_add(&ndeferred, 1, __ATOMIC_RELAXED);
+    gvm_heap_unlock();
+    gvm_debug("free of %#lx deferred until the stream capture ends", (unsigned long)r->base);
+}
+
+static void region_dispose(struct gvm_region *r);
+
+void gvm_heap_settle_deferred(void)
+{
+    if (!__atomic_load_n(&ndeferred, __ATOMIC_RELAXED) || gvm_capture_open(-1)) return;
+    gvm_heap_lock();
+    struct gvm_region *list = deferred;
+    deferred = NULL;
+    __atomic_store_n(&ndeferred, 0, __ATOMIC_RELAXED);
+    gvm_heap_unlock();
+    if (!list) return;
+    /* One wait on every device: some of them were not on their own. */
+    CUresult rc = gvm_topo_quiesce();
+    while (list) {
+        struct gvm_region *r = list;
+        list = r->next;
+        r->next = NULL;
+        if (rc == CUDA_SUCCESS)
+            region_dispose(r);
+        else
+            defer(r);
+    }
+}
+
 static void region_dispose(struct gvm_region *r)
 {
     /* Unmapping memory a kernel still reads would kill the kernel. */
-    if (r->state == GVM_REGION_CACHED) gvm_topo_settle(r->device, r->freed_at);
+    if (r->state == GVM_REGION_CACHED &&
+        gvm_topo_settle(r->device, r->freed_at) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
+        defer(r);
+        return;
+    }
     gvm_region_unpublish(r);
     gvm_region_destroy(r);
     gvm_region_recycle(r);
@@ -132,14 +188,18 @@ static size_t cache_evict(int device, size_t need, size_t limit)
     struct cache *c = &caches[device];
     struct gvm_region *victims = NULL;
     size_t freed = 0;
+    bool capturing = gvm_capture_open(device);
     gvm_heap_lock();
     if (!c->fifo.lru_next) c->fifo.lru_next = c->fifo.lru_prev = &c->fifo;
-    while (c->fifo.lru_next != &c->fifo && (c->bytes + need > limit || need > limit)) {
-        struct gvm_region *r = c->fifo.lru_next;
-        cache_unlink(c, r);
-        freed += r->mapped;
-        r->next = victims;
-        victims = r;
+    for (struct gvm_region *r = c->fifo.lru_next; r != &c->fifo && (c->bytes + need > limit || need > limit);) {
+        struct gvm_region *next = r->lru_next;
+        if (reusable(device, r, capturing)) {
+            cache_unlink(c, r);
+            freed += r->mapped;
+            r->next = victims;
+            victims = r;
+        }
+        r = next;
     }
     gvm_heap_unlock();
     while (victims) {
@@ -247,6 +307,7 @@ CUresult gvm_heap_alloc(size_t size, int device, CUcontext ctx, const struct gvm
                         uintptr_t *out)
 {
     if (!size) return CUDA_ERROR_INVALID_VALUE;
+    gvm_heap_settle_deferred();
     CUresult rc;
     if (size <= gvm_settings.small_max && place->loc == device && !place->interleave) {
         rc = gvm_slab_alloc(device, size, tag, ctx, out);
@@ -352,18 +413,27 @@ static CUresult free_large(struct gvm_region *r, uintptr_t p)
         if (cache_put(r)) return CUDA_SUCCESS;
         __atomic_store_n(&r->state, GVM_REGION_FREE, __ATOMIC_RELEASE);
         CUresult rc = gvm_topo_settle(r->device, r->freed_at);
+        if (rc == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
+            defer(r);
+            return CUDA_SUCCESS;
+        }
         if (rc != CUDA_SUCCESS) gvm_warn("waiting for the device before an unmap failed (%d)", rc);
         region_dispose(r);
         return CUDA_SUCCESS;
     }
     CUresult rc = wait_for_users(r);
-    if (rc != CUDA_SUCCESS) return rc;
+    bool capturing = rc == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    if (rc != CUDA_SUCCESS && !capturing) return rc;
     gvm_heap_untrack(r);
     gvm_stats_live(r->device, -(int64_t)r->size);
     if (r->aliases) {
         /* Its memory lives on behind the aliases; the last unalias frees it. */
         __atomic_store_n(&r->state, GVM_REGION_CACHED, __ATOMIC_RELEASE);
         r->flags |= GVM_RF_ORPHAN;
+        return CUDA_SUCCESS;
+    }
+    if (capturing) {
+        defer(r);
         return CUDA_SUCCESS;
     }
     __atomic_store_n(&r->state, GVM_REGION_FREE, __ATOMIC_RELEASE);
@@ -373,6 +443,7 @@ static CUresult free_large(struct gvm_region *r, uintptr_t p)
 
 CUresult gvm_heap_free(uintptr_t p)
 {
+    gvm_heap_settle_deferred();
     struct gvm_region *r = gvm_vamap_get(p);
     if (!r || r->kind == GVM_REGION_ALIAS) return CUDA_ERROR_NOT_FOUND;
     pthread_mutex_lock(&r->op);
@@ -397,6 +468,7 @@ size_t gvm_heap_idle_bytes(int device)
 size_t gvm_heap_trim(int loc)
 {
     size_t freed = 0;
+    gvm_heap_settle_deferred();
     if (loc >= 0) {
         freed += cache_evict(loc, 0, 0);
         gvm_slab_flush(loc);

@@ -51,6 +51,10 @@ uint64_t gvm_heap_buffer_id(const struct gvm_ref *ref);
  * (cached regions, idle chunks, pooled pieces): reported as free. */
 size_t gvm_heap_idle_bytes(int device);
 
+/* Disposes of the frees deferred while a stream capture was open, now
+ * that none is (a no-op while one is, or when there are none). */
+void gvm_heap_settle_deferred(void);
+
 /* Gives idle memory on loc back to the driver; returns bytes freed. */
 size_t gvm_heap_trim(int loc);
 

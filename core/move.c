@@ -1,5 +1,6 @@
 #include "core/move.h"
 
+#include "core/capture.h"
 #include "core/driver.h"
 #include "core/heap.h"
 #include "core/log.h"
@@ -274,8 +275,10 @@ static void count_move(struct gvm_region *r, struct plan *p, int loc)
         gvm_stat_inc(migrations_d2d);
 }
 
-/* Our own synchronizations must not break a capture another thread runs
- * in global mode, nor be refused because of it. */
+/* Our own driver calls (pieces created, copies and waits on our streams)
+ * must not break a capture another thread runs in global mode, nor be
+ * refused because of it. Device-wide waits are another matter: no mode
+ * makes them legal while a capture is open (core/capture.h). */
 static CUstreamCaptureMode relax_capture(void)
 {
     CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
@@ -311,16 +314,20 @@ CUresult gvm_move_blocks_quiesced(struct gvm_region *r, int loc) { return move_b
 
 static CUresult move_blocks(struct gvm_region *r, int loc, bool quiesce)
 {
+    /* A move waits for the devices, which no open capture allows: it waits
+     * for the capture to end, the caller decides how (core/capture.h). */
+    if (gvm_capture_open(-1)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     struct plan p = {0};
     double t0 = now_ms();
     uint64_t trace_t0 = gvm_trace_now();
+    CUstreamCaptureMode mode = relax_capture();
     CUresult rc = plan_build(r, loc, &p);
     if (rc != CUDA_SUCCESS || !p.ng) {
+        restore_capture(mode);
         plan_free(&p);
         return rc;
     }
     double t1 = now_ms();
-    CUstreamCaptureMode mode = relax_capture();
     rc = quiesce ? gvm_topo_quiesce() : CUDA_SUCCESS;
     double t2 = now_ms();
     if (rc == CUDA_SUCCESS) rc = pipeline(r, &p);

@@ -196,6 +196,7 @@ static void flush_locked(int device)
     struct pending *pd = &pending[device];
     if (!pd->n) return;
     CUresult rc = gvm_topo_settle(device, pd->stamp);
+    if (rc == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) return;   /* after the capture */
     if (rc != CUDA_SUCCESS) {
         gvm_warn("waiting for device %d failed (%d); freed small blocks stay unused", device, rc);
         return;

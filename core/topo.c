@@ -1,5 +1,6 @@
 #include "core/topo.h"
 
+#include "core/capture.h"
 #include "core/driver.h"
 #include "core/log.h"
 
@@ -205,7 +206,17 @@ static CUresult current_device(CUcontext *cur, int *dev)
     return rc;
 }
 
+static CUresult sync_device(int dev);
+
 CUresult gvm_topo_sync_device(int dev)
+{
+    if (!gvm_capture_wait_begin(dev)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    CUresult rc = sync_device(dev);
+    gvm_capture_wait_end(dev);
+    return rc;
+}
+
+static CUresult sync_device(int dev)
 {
     uint64_t ticket = __atomic_add_fetch(&gvm_topo.dev[dev].syncs_started, 1, __ATOMIC_ACQ_REL);
     int cur = -1;
@@ -230,7 +241,17 @@ CUresult gvm_topo_settle(int dev, uint64_t stamp)
     return gvm_topo_settled(dev, stamp) ? CUDA_SUCCESS : gvm_topo_sync_device(dev);
 }
 
+static CUresult quiesce(void);
+
 CUresult gvm_topo_quiesce(void)
+{
+    if (!gvm_capture_wait_begin(-1)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+    CUresult rc = quiesce();
+    gvm_capture_wait_end(-1);
+    return rc;
+}
+
+static CUresult quiesce(void)
 {
     uint64_t ticket[GVM_MAX_DEVICES];
     for (int d = 0; d < gvm_topo.ndev; d++)

@@ -70,7 +70,9 @@ uint64_t gvm_topo_epoch(int dev);
 bool gvm_topo_settled(int dev, uint64_t stamp);
 
 /* Waits for all work queued on device dev (the calling thread's context if
- * it is on dev, and dev's primary context). */
+ * it is on dev, and dev's primary context). While a stream capture is open
+ * on dev, waits nothing and returns CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+ * (core/capture.h): the caller must do without. */
 CUresult gvm_topo_sync_device(int dev);
 
 /* Waits, unless a wait begun after `stamp` already finished. */
@@ -78,7 +80,8 @@ CUresult gvm_topo_settle(int dev, uint64_t stamp);
 
 /* Waits for all work queued on every device whose primary context is
  * active (and on the calling thread's current context): after it returns,
- * no earlier kernel or copy can touch memory gvmshim is about to remap. */
+ * no earlier kernel or copy can touch memory gvmshim is about to remap.
+ * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED while any capture is open. */
 CUresult gvm_topo_quiesce(void);
 
 #endif

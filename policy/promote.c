@@ -5,6 +5,7 @@
  * work, so the program stalls only for as long as the copy takes. */
 #include "policy/spill.h"
 
+#include "core/capture.h"
 #include "core/log.h"
 #include "core/move.h"
 #include "core/topo.h"
@@ -96,6 +97,7 @@ static void *promoter(void *arg)
         nanosleep(&ts, NULL);
         size_t budget = (size_t)((double)gvm_policy.cfg->promote_rate * (double)ms / 1000.0);
         if (budget < gvm_topo.gran) budget = gvm_topo.gran;
+        if (gvm_capture_open(-1)) continue;   /* a move would wait for the devices */
         for (int d = 0; d < gvm_topo.ndev; d++)
             if (gvm_topo.dev[d].vmm) budget -= promote_device(d, budget);
     }

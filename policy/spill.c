@@ -5,6 +5,7 @@
  * natively (CUDA_ERROR_OUT_OF_MEMORY) when none has. */
 #include "policy/spill.h"
 
+#include "core/capture.h"
 #include "core/log.h"
 #include "core/move.h"
 #include "core/topo.h"
@@ -138,7 +139,8 @@ static CUresult place_on_target(size_t size, int device, CUcontext ctx, int tag,
 CUresult gvm_spill_alloc(size_t size, int device, CUcontext ctx, int tag, uintptr_t *out)
 {
     CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
-    if (gvm_policy.cfg->spill_mode == GVM_CFG_SPILL_EVICT) {
+    /* Stream capture open: evicting would wait for the devices, so place. */
+    if (gvm_policy.cfg->spill_mode == GVM_CFG_SPILL_EVICT && !gvm_capture_open(-1)) {
         rc = evict_then_alloc(size, device, ctx, tag, out);
         if (rc != CUDA_ERROR_OUT_OF_MEMORY) return rc;
     }
@@ -257,6 +259,8 @@ static void swap_in(struct gvm_region *r, struct gvm_region *const *used, int n)
 void gvm_policy_before_launch(struct gvm_region *const *used, int n)
 {
     if (!gvm_policy.cfg || !gvm_policy.cfg->spill.n || !gvm_policy.cfg->promote) return;
+    /* A launch being captured runs at replay: no swap now (it would wait). */
+    if (gvm_capture_open(-1)) return;
     for (int i = 0; i < n; i++) {
         struct gvm_region *r = used[i];
         if (!GVM_LOAD(r->spilled_at) || r->kind == GVM_REGION_ALIAS) continue;

@@ -1,6 +1,7 @@
 /* Allocation entry points served by the core through the policy. */
 #include "preload/shim.h"
 
+#include "core/capture.h"
 #include "policy/place.h"
 
 /* The device of the current context, as native allocation calls need it. */
@@ -25,8 +26,11 @@ static CUresult serve(size_t size, CUdeviceptr *out)
     CUresult rc = current_device(&ctx, &dev);
     if (rc != CUDA_SUCCESS) return rc;
     if (dev < 0 || dev >= gvm_topo.ndev || !gvm_topo.dev[dev].vmm) return CUDA_ERROR_NOT_SUPPORTED;
+    struct gvm_capture_guard g;
+    if (!gvm_shim_capture_enter(&g)) return CUDA_ERROR_NOT_SUPPORTED;   /* forbidden: the driver answers */
     uintptr_t p = 0;
     rc = gvm_policy_alloc(size, dev, ctx, gvm_shim_tag(), &p);
+    gvm_shim_capture_leave(&g);
     if (rc == CUDA_SUCCESS) *out = (CUdeviceptr)p;
     return rc;
 }
@@ -66,7 +70,18 @@ GVM_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 {
     gvm_hook_count(GVM_FN_cuMemFree_v2);
     if (dptr && gvm_shim_active()) {
+        struct gvm_capture_guard g;
+        if (!gvm_shim_capture_enter(&g)) {
+            /* CUDA forbids a free on this thread now: the driver refuses it
+             * and invalidates the capture as natively. Should it not refuse,
+             * a gvmshim pointer is still freed below. */
+            CUresult rc = GVM_REAL(cuMemFree_v2)(dptr);
+            if (rc == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED || rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
+                !gvm_heap_region((uintptr_t)dptr))
+                return rc;
+        }
         CUresult rc = gvm_policy_free((uintptr_t)dptr);
+        gvm_shim_capture_leave(&g);
         if (rc != CUDA_ERROR_NOT_FOUND) return rc;
     }
     gvm_stat_inc(passthrough_calls);
@@ -83,12 +98,26 @@ static CUresult alloc_async(__typeof__(cuMemAllocAsync) *real, enum gvm_driver_f
     return real(p, n, s);
 }
 
-/* A gvmshim pointer freed in stream order: wait for the stream, then free. */
-static CUresult free_async(__typeof__(cuMemFreeAsync) *real, enum gvm_driver_fn fn, CUdeviceptr p,
-                           CUstream s)
+/* Is s capturing? Asked only while some capture is open; an error (the
+ * legacy stream next to a capture) counts as yes. */
+static bool stream_capturing(__typeof__(cuStreamIsCapturing) *is_capturing, CUstream s)
+{
+    if (!gvm_capture_open(-1)) return false;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    return is_capturing(s, &st) != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+/* A gvmshim pointer freed in stream order: wait for the stream, then free.
+ * On a capturing stream a free becomes a graph node that frees at every
+ * replay, which CUDA allows only for memory the graph itself allocated
+ * (cuMemAllocAsync in the capture); gvmshim memory never is, so the
+ * driver gets the call and gives its native answer. Waiting for the
+ * stream instead would invalidate the capture. */
+static CUresult free_async(__typeof__(cuMemFreeAsync) *real, __typeof__(cuStreamIsCapturing) *is_capturing,
+                           enum gvm_driver_fn fn, CUdeviceptr p, CUstream s)
 {
     gvm_hook_count(fn);
-    if (p && gvm_shim_active()) {
+    if (p && gvm_shim_active() && !stream_capturing(is_capturing, s)) {
         struct gvm_ref ref;
         if (gvm_heap_find((uintptr_t)p, &ref)) {
             CUresult rc = GVM_REAL(cuStreamSynchronize)(s);
@@ -111,12 +140,13 @@ GVM_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstr
 
 GVM_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr p, CUstream s)
 {
-    return free_async(GVM_REAL(cuMemFreeAsync), GVM_FN_cuMemFreeAsync, p, s);
+    return free_async(GVM_REAL(cuMemFreeAsync), GVM_REAL(cuStreamIsCapturing), GVM_FN_cuMemFreeAsync, p, s);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
 {
-    return free_async(GVM_REAL(cuMemFreeAsync_ptsz), GVM_FN_cuMemFreeAsync_ptsz, p, s);
+    return free_async(GVM_REAL(cuMemFreeAsync_ptsz), GVM_REAL(cuStreamIsCapturing), GVM_FN_cuMemFreeAsync_ptsz, p,
+                      s);
 }
 
 /* Memory gvmshim holds but the program does not use counts as free; a

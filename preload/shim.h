@@ -77,6 +77,20 @@ extern void *const gvm_hook_table[GVM_FN_COUNT];
  * on gvmshim memory is served (a weak stub in hooks_query.c). */
 bool gvm_ipc_capable(const struct gvm_ref *ref);
 
+/* Served calls made while a stream capture is open. CUDA forbids
+ * "potentially unsafe" calls (cudaMalloc, cudaFree) on a thread whose own
+ * capture or, in global mode, another thread's global capture forbids them:
+ * then enter returns false and the hook lets the driver answer (its native
+ * error, and the capture invalidated as natively). Otherwise the call is
+ * served with the thread in relaxed mode, so that gvmshim's own driver
+ * calls are legal; leave restores the thread's mode. */
+struct gvm_capture_guard {
+    bool relaxed;
+    CUstreamCaptureMode mode;
+};
+bool gvm_shim_capture_enter(struct gvm_capture_guard *g);
+void gvm_shim_capture_leave(struct gvm_capture_guard *g);
+
 /* The current thread's tag (policy), 0 if none. */
 int gvm_shim_tag(void);
 
