@@ -182,6 +182,54 @@ static int sequence(enum scenario sc, size_t filler)
     return 0;
 }
 
+/* A free in stream order on a capturing stream: gvmshim memory is never a
+ * graph allocation, so the driver answers as for cudaMalloc memory. */
+static int free_async_sequence(void)
+{
+    start();
+    CUstream s;
+    CHECK_EQ(D(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CUdeviceptr p, q;
+    CHECK_EQ(D(cuMemAlloc_v2, &p, 4 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAlloc_v2, &q, 4 * MiB), CUDA_SUCCESS);
+    REC(D(cuMemFreeAsync, q, s));   /* not capturing: freed in stream order */
+    REC(D(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    REC(D(cuMemsetD8Async, p, 1, 4 * MiB, s));
+    REC(D(cuMemFreeAsync, p, s));
+    CUgraph g = NULL;
+    REC(D(cuStreamEndCapture, s, &g));
+    printf("graph %d\n", g != NULL);
+    REC(D(cuMemFree_v2, p));
+    return 0;
+}
+
+/* Frees gvmshim cannot cache during a capture stay mapped until it ends. */
+static int deferred_sequence(void)
+{
+    start();
+    long (*mappings)(void) = sim_fn("simcuda_live_mappings");
+    long (*handles)(void) = sim_fn("simcuda_live_handles");
+    CUstream s;
+    CHECK_EQ(D(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CUdeviceptr p, q;
+    CHECK_EQ(D(cuMemAlloc_v2, &p, 16 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAlloc_v2, &q, 16 * MiB), CUDA_SUCCESS);
+    long m0 = mappings(), h0 = handles();
+    CHECK_EQ(D(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemsetD8Async, p, 1, 16 * MiB, s), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFree_v2, p), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFree_v2, q), CUDA_SUCCESS);
+    CHECK_EQ(mappings(), m0);
+    CHECK_EQ(handles(), h0);
+    CUgraph g = NULL;
+    CHECK_EQ(D(cuStreamEndCapture, s, &g), CUDA_SUCCESS);
+    CHECK(g != NULL);
+    /* The capture is over: the deferred frees are done. */
+    CHECK(mappings() < m0);
+    CHECK(handles() <= h0 - 2);
+    return 0;
+}
+
 /* ---- the parent: each sequence with and without the shim ----------------- */
 
 static int run_child(const char *mode, int shim, const char *env1, const char *env2, char *out, size_t outlen)
@@ -254,6 +302,69 @@ static void spill_during_capture_places_on_host(void)
     same_with_and_without_shim("spill", "GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", "status 0 graph 1");
 }
 
+static void free_async_on_a_capturing_stream(void)
+{
+    same_with_and_without_shim("free-async", NULL, NULL, "graph 0");
+}
+
+static void frees_are_deferred_until_the_capture_ends(void)
+{
+    char out[4096];
+    CHECK_EQ(run_child("deferred", 1, "GVM_CACHE_LIMIT=0", NULL, out, sizeof out), 0);
+}
+
+/* What other threads do while one captures (in global mode): CUDA lets a
+ * thread in thread-local mode allocate and free; gvmshim must not wait for
+ * the device on its behalf, and a move asked for meanwhile is refused. */
+struct worker {
+    CUdeviceptr big;
+    gvm_status migrate_during;
+};
+
+static void *other_thread(void *arg)
+{
+    struct worker *w = arg;
+    CHECK_EQ(D(cuCtxSetCurrent, ctx0), CUDA_SUCCESS);
+    thread_mode(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    for (int i = 0; i < 4; i++) {
+        CUdeviceptr p, q;
+        CHECK_EQ(D(cuMemAlloc_v2, &p, 8 * MiB), CUDA_SUCCESS);
+        CHECK_EQ(D(cuMemAlloc_v2, &q, 3000), CUDA_SUCCESS);
+        CHECK_EQ(D(cuMemFree_v2, p), CUDA_SUCCESS);
+        CHECK_EQ(D(cuMemFree_v2, q), CUDA_SUCCESS);
+    }
+    gvm_status (*migrate)(const void *, int) = shim_fn("gvm_migrate");
+    w->migrate_during = migrate((void *)w->big, GVM_HOST);
+    return NULL;
+}
+
+static void other_threads_do_not_break_a_capture(void)
+{
+    start();
+    CUstream s;
+    CHECK_EQ(D(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    struct worker w;
+    CHECK_EQ(D(cuMemAlloc_v2, &w.big, 8 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemsetD8Async, w.big, 7, 8 * MiB, s), CUDA_SUCCESS);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, other_thread, &w) == 0);
+    pthread_join(t, NULL);
+    /* A move waits for the devices: not while a capture is open. */
+    CHECK_EQ(w.migrate_during, GVM_ERR_BUSY);
+    CUgraph g = NULL;
+    CHECK_EQ(D(cuStreamEndCapture, s, &g), CUDA_SUCCESS);
+    CHECK(g != NULL);
+    gvm_status (*migrate)(const void *, int) = shim_fn("gvm_migrate");
+    CHECK_EQ(migrate((void *)w.big, GVM_HOST), GVM_OK);
+    CUgraphExec ge;
+    CHECK_EQ(D(cuGraphInstantiateWithFlags, &ge, g, 0), CUDA_SUCCESS);
+    CHECK_EQ(D(cuGraphLaunch, ge, s), CUDA_SUCCESS);
+    unsigned char b = 0;
+    CHECK_EQ(D(cuMemcpyDtoH_v2, &b, w.big + 8 * MiB - 1, 1), CUDA_SUCCESS);
+    CHECK_EQ(b, 7);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--mode")) {
@@ -262,6 +373,8 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "relaxed")) exit(sequence(RELAXED, 0));
         if (!strcmp(argv[2], "torch")) exit(sequence(TORCH, 0));
         if (!strcmp(argv[2], "spill")) exit(sequence(RELAXED, 32 * MiB));
+        if (!strcmp(argv[2], "free-async")) exit(free_async_sequence());
+        if (!strcmp(argv[2], "deferred")) exit(deferred_sequence());
         return 2;
     }
     static const struct test_case cases[] = {
@@ -270,6 +383,9 @@ int main(int argc, char **argv)
         TEST_ENTRY(capture_relaxed_mode)
         TEST_ENTRY(capture_like_pytorch)
         TEST_ENTRY(spill_during_capture_places_on_host)
+        TEST_ENTRY(free_async_on_a_capturing_stream)
+        TEST_ENTRY(frees_are_deferred_until_the_capture_ends)
+        TEST_ENTRY(other_threads_do_not_break_a_capture)
     };
     return run_cases(cases, sizeof cases / sizeof *cases, argc, argv);
 }
