@@ -1,6 +1,7 @@
 /* The public operations of gvmshim.h: migrate, alias, realloc, query. */
 #include "gvmshim.h"
 
+#include "core/capture.h"
 #include "core/core.h"
 #include "core/driver.h"
 #include "core/heap.h"
@@ -26,6 +27,10 @@ static gvm_status from_cu(CUresult rc)
     default: last_driver_error = rc; return GVM_ERR_DRIVER;
     }
 }
+
+/* Operations that remap memory wait for the devices or make VMM calls on
+ * the caller's thread: not while a stream capture is open (core/capture.h). */
+static bool capturing(void) { return gvm_capture_open(-1); }
 
 /* Finds ptr's allocation and locks its region, live. */
 static gvm_status lock_ref(const void *ptr, struct gvm_ref *ref)
@@ -55,6 +60,10 @@ GVM_API gvm_status gvm_migrate(const void *ptr, int location)
     struct gvm_ref ref;
     gvm_status st = lock_ref(ptr, &ref);
     if (st) return st;
+    if (capturing()) {
+        pthread_mutex_unlock(&ref.region->op);
+        return GVM_ERR_BUSY;
+    }
     struct gvm_region *r = ref.region;
     st = check_location(r, location);
     if (!st && (r->flags & GVM_RF_PAUSED)) st = GVM_ERR_BUSY;
@@ -103,6 +112,10 @@ GVM_API gvm_status gvm_alias(const void *ptr, void **alias_out)
     struct gvm_ref ref;
     gvm_status st = lock_ref(ptr, &ref);
     if (st) return st;
+    if (capturing()) {
+        pthread_mutex_unlock(&ref.region->op);
+        return GVM_ERR_BUSY;
+    }
     struct gvm_region *t = ref.region, *a = NULL;
     CUresult rc = make_alias(t, ref.slot, &a);
     if (rc == CUDA_SUCCESS) {
@@ -138,6 +151,7 @@ GVM_API gvm_status gvm_unalias(void *alias)
     if (!gvm_core_active()) return gvm_core_off() ? GVM_ERR_INACTIVE : GVM_ERR_UNKNOWN_POINTER;
     struct gvm_region *a = find_alias((uintptr_t)alias);
     if (!a) return GVM_ERR_UNKNOWN_POINTER;
+    if (capturing()) return GVM_ERR_BUSY;
     struct gvm_region *t = a->target;
     pthread_mutex_lock(&t->op);
     if (__atomic_load_n(&a->state, __ATOMIC_ACQUIRE) != GVM_REGION_LIVE || a->target != t) {
@@ -215,7 +229,7 @@ GVM_API gvm_status gvm_realloc(const void *ptr, size_t new_size)
     struct gvm_ref ref;
     gvm_status st = lock_ref(ptr, &ref);
     if (st) return st;
-    if (ref.region->flags & GVM_RF_PAUSED)
+    if ((ref.region->flags & GVM_RF_PAUSED) || capturing())
         st = GVM_ERR_BUSY;
     else if (ref.slot >= 0)
         st = resize_small(&ref, new_size);

@@ -4,6 +4,7 @@
  * memory to host, where it stays readable; discarding unmaps it. */
 #include "gvmshim.h"
 
+#include "core/capture.h"
 #include "core/core.h"
 #include "core/driver.h"
 #include "core/log.h"
@@ -108,6 +109,7 @@ static gvm_status run(const char *tag, bool resume, int flags)
 {
     if (!gvm_core_active()) return GVM_ERR_INACTIVE;
     if (flags & ~GVM_PAUSE_DISCARD) return GVM_ERR_INVALID;
+    if (gvm_capture_open(-1)) return GVM_ERR_BUSY;   /* moves wait for the devices */
     struct list l = {.tag = -1, .paused = resume};
     if (tag) {
         l.tag = gvm_tag_id(tag, false);

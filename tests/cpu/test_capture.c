@@ -335,6 +335,14 @@ static void *other_thread(void *arg)
     }
     gvm_status (*migrate)(const void *, int) = shim_fn("gvm_migrate");
     w->migrate_during = migrate((void *)w->big, GVM_HOST);
+    /* Every operation that remaps waits for the capture to end. */
+    gvm_status (*alias)(const void *, void **) = shim_fn("gvm_alias");
+    gvm_status (*resize)(const void *, size_t) = shim_fn("gvm_realloc");
+    gvm_status (*pause)(const char *, int) = shim_fn("gvm_pause");
+    void *second = NULL;
+    CHECK_EQ(alias((void *)w->big, &second), GVM_ERR_BUSY);
+    CHECK_EQ(resize((void *)w->big, 4 * MiB), GVM_ERR_BUSY);
+    CHECK_EQ(pause(NULL, GVM_PAUSE_KEEP), GVM_ERR_BUSY);
     return NULL;
 }
 
