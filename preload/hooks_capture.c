@@ -77,19 +77,20 @@ GVM_EXPORT CUresult CUDAAPI cuStreamEndCapture_ptsz(CUstream hStream, CUgraph *p
     return after_end(hStream, GVM_REAL(cuStreamEndCapture_ptsz)(hStream, phGraph));
 }
 
-bool gvm_shim_capture_enter(struct gvm_capture_guard *g)
+void gvm_shim_relax(struct gvm_capture_guard *g)
 {
     g->relaxed = false;
-    if (!gvm_capture_open(-1) || !gvm_drv.cuThreadExchangeStreamCaptureMode) return true;
-    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if (GVM_REAL(cuThreadExchangeStreamCaptureMode)(&m) != CUDA_SUCCESS) return true;
-    if (gvm_capture_forbids_unsafe(m)) {
-        GVM_REAL(cuThreadExchangeStreamCaptureMode)(&m);
-        return false;
-    }
-    g->relaxed = true;
-    g->mode = m;
-    return true;
+    if (!gvm_capture_open(-1) || !gvm_drv.cuThreadExchangeStreamCaptureMode) return;
+    g->mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    g->relaxed = GVM_REAL(cuThreadExchangeStreamCaptureMode)(&g->mode) == CUDA_SUCCESS;
+}
+
+bool gvm_shim_capture_enter(struct gvm_capture_guard *g)
+{
+    gvm_shim_relax(g);
+    if (!g->relaxed || !gvm_capture_forbids_unsafe(g->mode)) return true;
+    gvm_shim_capture_leave(g);
+    return false;
 }
 
 void gvm_shim_capture_leave(struct gvm_capture_guard *g)

@@ -187,6 +187,9 @@ SET_SZ(cuMemsetD2D32Async,
 struct gvm_region *gvm_shim_use_host(const void *p)
 {
     if (!p || !gvm_shim_active() || !gvm_heap_region((uintptr_t)p)) return NULL;
+    struct gvm_capture_guard g;
+    gvm_shim_relax(&g);   /* the grant is a VMM call of gvmshim's own */
     gvm_hostaccess_grant((uintptr_t)p);
+    gvm_shim_capture_leave(&g);
     return gvm_use_begin((uintptr_t)p);
 }

@@ -90,6 +90,9 @@ struct gvm_capture_guard {
 };
 bool gvm_shim_capture_enter(struct gvm_capture_guard *g);
 void gvm_shim_capture_leave(struct gvm_capture_guard *g);
+/* Relaxed mode for gvmshim's own driver calls on the program's thread,
+ * without the check (undone by gvm_shim_capture_leave). */
+void gvm_shim_relax(struct gvm_capture_guard *g);
 
 /* The current thread's tag (policy), 0 if none. */
 int gvm_shim_tag(void);
