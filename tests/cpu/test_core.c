@@ -2,6 +2,7 @@
  * migration, aliases, resizing, and every failure path of each. */
 #include "simcore.h"
 
+#include "core/capture.h"
 #include "core/move.h"
 #include "core/slab.h"
 
@@ -479,6 +480,32 @@ static void inactive_core_refuses_api(void)
     CHECK(strcmp(gvm_strerror(-99), gvm_strerror(GVM_ERR_DRIVER)) != 0);
 }
 
+/* While a capture is open on a device no wait runs there: freed memory
+ * is not reused before it settled, and settles once the capture ended. */
+static void device_waits_refused_while_capturing(void)
+{
+    start2();
+    CUstream s = (CUstream)(uintptr_t)0x1234;
+    uintptr_t p = sim_alloc(8 * MiB);
+    CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
+    unsigned long syncs = simcuda_calls_of("cuCtxSynchronize");
+    gvm_capture_begin(0, s, CU_STREAM_CAPTURE_MODE_RELAXED);
+    CHECK(gvm_capture_open(0) && gvm_capture_open(-1) && !gvm_capture_open(1));
+    CHECK_EQ(gvm_topo_sync_device(0), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CHECK_EQ(gvm_topo_quiesce(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    uintptr_t q = sim_alloc(8 * MiB);
+    CHECK(q != p);   /* fresh memory, not the unsettled cached region */
+    CHECK_EQ(simcuda_calls_of("cuCtxSynchronize"), syncs);
+    CHECK_EQ(gvm_topo_sync_device(1), CUDA_SUCCESS);   /* another device waits */
+    CHECK_EQ(gvm_capture_end(s), 0);
+    CHECK_EQ(gvm_capture_end(s), -2);
+    CHECK(!gvm_capture_open(-1));
+    CHECK_EQ(gvm_heap_free(q), CUDA_SUCCESS);
+    uintptr_t r = sim_alloc(8 * MiB);
+    CHECK(r == p || r == q);   /* reused, settled by a wait now */
+    CHECK(simcuda_calls_of("cuCtxSynchronize") > syncs);
+}
+
 static const struct test_case cases[] = {
     TEST_ENTRY(large_alloc_lookup_free)
     TEST_ENTRY(small_allocations_share_a_chunk)
@@ -503,6 +530,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(striped_allocation_spans_devices)
     TEST_ENTRY(lazy_host_access)
     TEST_ENTRY(inactive_core_refuses_api)
+    TEST_ENTRY(device_waits_refused_while_capturing)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }
