@@ -62,11 +62,13 @@ void gvm_capture_begin(int dev, CUstream stream, CUstreamCaptureMode mode)
     while (waits_running(dev)) sched_yield();
 }
 
+/* The newest record of stream first: a begin refused because the stream
+ * already captures is undone without touching the capture under way. */
 static int forget(CUstream stream)
 {
     int dev = -2;
     pthread_mutex_lock(&capture_lock);
-    for (size_t i = 0; i < ncaptures; i++) {
+    for (size_t i = ncaptures; i-- > 0;) {
         if (!same(&captures[i], stream)) continue;
         dev = captures[i].dev;
         captures[i] = captures[--ncaptures];

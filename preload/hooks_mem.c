@@ -79,6 +79,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
             if (rc == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED || rc == CUDA_ERROR_STREAM_CAPTURE_INVALIDATED ||
                 !gvm_heap_region((uintptr_t)dptr))
                 return rc;
+            gvm_shim_relax(&g);
         }
         CUresult rc = gvm_policy_free((uintptr_t)dptr);
         gvm_shim_capture_leave(&g);

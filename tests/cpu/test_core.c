@@ -506,6 +506,40 @@ static void device_waits_refused_while_capturing(void)
     CHECK(simcuda_calls_of("cuCtxSynchronize") > syncs);
 }
 
+static void *other_thread_modes(void *arg)
+{
+    (void)arg;
+    /* Another thread's global capture forbids global mode only. */
+    CHECK(gvm_capture_forbids_unsafe(CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(!gvm_capture_forbids_unsafe(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    return NULL;
+}
+
+/* CUDA's rules for "potentially unsafe" calls, by the thread's mode; a
+ * refused second begin on a capturing stream keeps the first. */
+static void capture_modes_forbid_as_cuda_says(void)
+{
+    CUstream s = (CUstream)(uintptr_t)0x1234;
+    CHECK(!gvm_capture_forbids_unsafe(CU_STREAM_CAPTURE_MODE_GLOBAL));
+    gvm_capture_begin(0, s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+    CHECK(gvm_capture_forbids_unsafe(CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(gvm_capture_forbids_unsafe(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CHECK(!gvm_capture_forbids_unsafe(CU_STREAM_CAPTURE_MODE_RELAXED));
+    gvm_capture_begin(0, s, CU_STREAM_CAPTURE_MODE_RELAXED);
+    gvm_capture_abort(s);
+    CHECK(gvm_capture_forbids_unsafe(CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CHECK_EQ(gvm_capture_end(s), 0);
+    gvm_capture_begin(1, s, CU_STREAM_CAPTURE_MODE_RELAXED);
+    CHECK(!gvm_capture_forbids_unsafe(CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK(gvm_capture_open(1) && !gvm_capture_open(0));
+    CHECK_EQ(gvm_capture_end(s), 1);
+    gvm_capture_begin(0, s, CU_STREAM_CAPTURE_MODE_GLOBAL);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, other_thread_modes, NULL) == 0);
+    pthread_join(t, NULL);
+    CHECK_EQ(gvm_capture_end(s), 0);
+}
+
 static const struct test_case cases[] = {
     TEST_ENTRY(large_alloc_lookup_free)
     TEST_ENTRY(small_allocations_share_a_chunk)
@@ -531,6 +565,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(lazy_host_access)
     TEST_ENTRY(inactive_core_refuses_api)
     TEST_ENTRY(device_waits_refused_while_capturing)
+    TEST_ENTRY(capture_modes_forbid_as_cuda_says)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }
