@@ -1,0 +1,216 @@
+/* CUDA graph capture under gvmshim, compared with the native run call by
+ * call. The program runs itself twice per scenario: once without
+ * LD_PRELOAD and once with it (GVM_TEST_LIB, or the LD_PRELOAD it was
+ * started with). Each child captures, in one capture mode, a sequence of
+ * cudaMalloc / cudaMemcpyAsync / cudaMemsetAsync / a kernel / cudaFree,
+ * prints every call's result, ends the capture and replays the graph (and
+ * under the shim replays it again after moving its memory). The printed
+ * results must be identical; the replayed data is checked in the child.
+ *
+ *   capture                 parent: every scenario, native vs shim
+ *   capture --child NAME    one scenario, in this process
+ *
+ * The "spill" scenario sets GVM_DEVICE_LIMIT=0:1G GVM_SPILL=host and fills
+ * the device to the limit first, so the allocations made during the
+ * capture must spill while it is open. Exit 77 without a GPU. */
+#include "gpu_test.h"
+
+#include <sys/wait.h>
+
+#include <string>
+#include <vector>
+
+using namespace gt;
+
+static Gvm gvm;
+
+static void rec(const char *what, cudaError_t e)
+{
+    printf("%-44s %s\n", what, cudaGetErrorName(e));
+    fflush(stdout);
+}
+#define REC(call) ([&] { cudaError_t e_ = (call); rec(#call, e_); return e_; }())
+
+__global__ static void k_add_one(uint8_t *p, size_t n)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) p[i]++;
+}
+
+static std::vector<uint8_t> host_in(MiB);
+
+static void check_replayed(uint8_t *a, uint8_t *b, uint8_t *c, const char *when)
+{
+    std::vector<uint8_t> out(2 * MiB), small(4096), copy(2 * MiB);
+    CK(cudaMemcpy(out.data(), a, out.size(), cudaMemcpyDeviceToHost));
+    for (size_t i = 0; i < MiB; i++)
+        EXPECT(out[i] == (uint8_t)(host_in[i] + 1), "%s: a[%zu] = %d", when, i, out[i]);
+    for (size_t i = MiB; i < 2 * MiB; i++) EXPECT(out[i] == 0x5b, "%s: a[%zu] = %d", when, i, out[i]);
+    CK(cudaMemcpy(small.data(), b, small.size(), cudaMemcpyDeviceToHost));
+    EXPECT(!memcmp(small.data(), out.data(), small.size()), "%s: b differs from a", when);
+    if (c) {
+        CK(cudaMemcpy(copy.data(), c, copy.size(), cudaMemcpyDeviceToHost));
+        EXPECT(!memcmp(copy.data(), out.data(), copy.size()), "%s: c differs from a", when);
+    }
+}
+
+/* mode: the capture's; relaxed_allocs: cudaMalloc/cudaFree in relaxed
+ * thread mode (what PyTorch's allocator does); filler: bytes allocated
+ * before the capture (to reach a device limit). */
+static void sequence(cudaStreamCaptureMode mode, bool relaxed_allocs, size_t filler)
+{
+    for (size_t i = 0; i < host_in.size(); i++) host_in[i] = (uint8_t)(i * 7 + 3);
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    uint8_t *a, *b, *d, *e, *f, *x = nullptr, *c = nullptr, *c2 = nullptr, *h;
+    CK(cudaMallocHost((void **)&h, MiB));
+    memcpy(h, host_in.data(), MiB);
+    CK(cudaMalloc((void **)&a, 8 * MiB));
+    CK(cudaMalloc((void **)&b, 4096));
+    CK(cudaMalloc((void **)&d, 6 * MiB));
+    CK(cudaMalloc((void **)&e, 512));
+    if (filler) CK(cudaMalloc((void **)&x, filler));
+    CK(cudaMalloc((void **)&f, 64 * MiB));
+    CK(cudaFree(f));   /* under the shim: cached, not yet settled */
+    CK(cudaMemset(a, 0, 8 * MiB));
+    CK(cudaDeviceSynchronize());
+
+    cudaStreamCaptureMode saved = cudaStreamCaptureModeRelaxed;
+    REC(cudaStreamBeginCapture(s, mode));
+    if (relaxed_allocs) CK(cudaThreadExchangeStreamCaptureMode(&saved));
+    if (REC(cudaMalloc((void **)&c, 64 * MiB)) != cudaSuccess) c = nullptr;
+    if (REC(cudaMalloc((void **)&c2, 1000)) != cudaSuccess) c2 = nullptr;
+    if (relaxed_allocs) CK(cudaThreadExchangeStreamCaptureMode(&saved));
+    (void)cudaGetLastError();
+    REC(cudaMemcpyAsync(a, h, MiB, cudaMemcpyHostToDevice, s));
+    REC(cudaMemsetAsync(a + MiB, 0x5a, MiB, s));
+    k_add_one<<<256, 256, 0, s>>>(a, 2 * MiB);
+    REC(cudaGetLastError());
+    REC(cudaMemcpyAsync(b, a, 4096, cudaMemcpyDeviceToDevice, s));
+    if (c) REC(cudaMemcpyAsync(c, a, 2 * MiB, cudaMemcpyDeviceToDevice, s));
+    saved = cudaStreamCaptureModeRelaxed;
+    if (relaxed_allocs) CK(cudaThreadExchangeStreamCaptureMode(&saved));
+    REC(cudaFree(d));
+    REC(cudaFree(e));
+    if (c2) REC(cudaFree(c2));
+    if (relaxed_allocs) CK(cudaThreadExchangeStreamCaptureMode(&saved));
+    (void)cudaGetLastError();
+    cudaGraph_t g = nullptr;
+    REC(cudaStreamEndCapture(s, &g));
+    (void)cudaGetLastError();
+    printf("graph %s\n", g ? "yes" : "no");
+    if (!g) return;
+    cudaGraphExec_t ge;
+    REC(cudaGraphInstantiate(&ge, g, 0));
+    REC(cudaGraphLaunch(ge, s));
+    REC(cudaStreamSynchronize(s));
+    check_replayed(a, b, c, "first replay");
+    if (gvm.present) {
+        /* The graph binds addresses: moved memory replays the same. */
+        CKG(gvm, gvm.migrate(a, GVM_HOST));
+        if (c) CKG(gvm, gvm.migrate(c, GVM_HOST));
+        CK(cudaMemset(a, 0, 8 * MiB));
+        REC(cudaGraphLaunch(ge, s));
+        REC(cudaStreamSynchronize(s));
+        check_replayed(a, b, c, "replay after a move to host");
+        CKG(gvm, gvm.migrate(a, 0));
+        if (filler && c) {
+            gvm_info info;
+            CKG(gvm, gvm.query(x, &info));
+            EXPECT(info.location == 0, "the filler was evicted during the capture (location %d)", info.location);
+        }
+    }
+    REC(cudaGraphExecDestroy(ge));
+    REC(cudaGraphDestroy(g));
+}
+
+static int child(const std::string &name)
+{
+    watchdog(120);
+    device_count_or_skip();
+    gvm = load_gvm();
+    Runner r;
+    if (name == "global") r.run(name.c_str(), [] { sequence(cudaStreamCaptureModeGlobal, false, 0); });
+    else if (name == "thread-local") r.run(name.c_str(), [] { sequence(cudaStreamCaptureModeThreadLocal, false, 0); });
+    else if (name == "relaxed") r.run(name.c_str(), [] { sequence(cudaStreamCaptureModeRelaxed, false, 0); });
+    else if (name == "torch") r.run(name.c_str(), [] { sequence(cudaStreamCaptureModeGlobal, true, 0); });
+    else if (name == "spill") r.run(name.c_str(), [] { sequence(cudaStreamCaptureModeGlobal, true, GiB - 96 * MiB); });
+    else return 2;
+    return r.finish();
+}
+
+/* ---- the parent ----------------------------------------------------------- */
+
+static int run_self(const char *exe, const std::string &name, const char *preload, std::string &out)
+{
+    int fds[2];
+    if (pipe(fds)) return -1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        close(fds[0]);
+        if (preload) setenv("LD_PRELOAD", preload, 1);
+        else unsetenv("LD_PRELOAD");
+        if (name == "spill") {
+            setenv("GVM_DEVICE_LIMIT", "0:1G", 1);
+            setenv("GVM_SPILL", "host", 1);
+        }
+        execl(exe, exe, "--child", name.c_str(), (char *)nullptr);
+        _exit(127);
+    }
+    close(fds[1]);
+    char buf[4096];
+    ssize_t n;
+    out.clear();
+    while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, (size_t)n);
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The call results: every line but the runner's own. */
+static std::string calls_of(const std::string &out)
+{
+    std::string r;
+    size_t pos = 0;
+    while (pos < out.size()) {
+        size_t end = out.find('\n', pos);
+        if (end == std::string::npos) end = out.size();
+        std::string line = out.substr(pos, end - pos);
+        if (line.rfind("PASS", 0) && line.rfind("FAIL", 0) && line.find(" passed, ") == std::string::npos)
+            r += line + "\n";
+        pos = end + 1;
+    }
+    return r;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && !strcmp(argv[1], "--child")) return child(argv[2]);
+    const char *lib = getenv("GVM_TEST_LIB");
+    if (!lib || !*lib) lib = getenv("LD_PRELOAD");
+    if (!lib || !*lib) {
+        printf("SKIP: no shim to compare with (set GVM_TEST_LIB or LD_PRELOAD)\n0 passed, 0 failed\n");
+        return 77;
+    }
+    std::string preload = lib;
+    int passed = 0, failed = 0;
+    for (const char *name : {"global", "thread-local", "relaxed", "torch", "spill"}) {
+        std::string native, shim;
+        int rn = run_self("/proc/self/exe", name, nullptr, native);
+        if (rn == 77) {
+            printf("%s", native.c_str());
+            return 77;
+        }
+        int rs = run_self("/proc/self/exe", name, preload.c_str(), shim);
+        bool same = calls_of(native) == calls_of(shim);
+        bool ok = rn == 0 && rs == 0 && same;
+        printf("%s %s\n", ok ? "PASS" : "FAIL", name);
+        if (!ok) printf("  native (exit %d):\n%s  under the shim (exit %d):\n%s", rn, native.c_str(), rs, shim.c_str());
+        ok ? passed++ : failed++;
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
