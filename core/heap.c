@@ -157,14 +157,16 @@ void gvm_heap_settle_deferred(void)
     if (!list) return;
     /* One wait on every device: some of them were not on their own. */
     CUresult rc = gvm_topo_quiesce();
+    if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+        gvm_warn("waiting for the devices before unmapping freed memory failed (%d)", rc);
     while (list) {
         struct gvm_region *r = list;
         list = r->next;
         r->next = NULL;
-        if (rc == CUDA_SUCCESS)
-            region_dispose(r);
+        if (rc == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+            defer(r);   /* a capture began meanwhile */
         else
-            defer(r);
+            region_dispose(r);
     }
 }
 
