@@ -13,9 +13,9 @@
 static int stream_device(CUstream s)
 {
     CUcontext ctx = NULL, cur = NULL;
+    if (GVM_REAL(cuCtxGetCurrent)(&cur) != CUDA_SUCCESS) return -1;   /* loads the table too */
     bool special = s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD;
     if (!special && gvm_drv.cuStreamGetCtx && gvm_drv.cuStreamGetCtx(s, &ctx) != CUDA_SUCCESS) return -1;
-    if (GVM_REAL(cuCtxGetCurrent)(&cur) != CUDA_SUCCESS) return -1;
     if (!ctx) ctx = cur;
     if (!ctx) return -1;
     CUdevice d = -1;
