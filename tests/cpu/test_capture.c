@@ -373,6 +373,34 @@ static void other_threads_do_not_break_a_capture(void)
     CHECK_EQ(b, 7);
 }
 
+/* A capture holds back waits on its own device only: device 0 still
+ * settles (and reuses) freed memory while device 1 captures. */
+static void a_capture_holds_back_its_own_device_only(void)
+{
+    start();
+    CUcontext ctx1, popped;
+    CUstream s1;
+    CHECK_EQ(D(cuDevicePrimaryCtxRetain, &ctx1, 1), CUDA_SUCCESS);
+    CHECK_EQ(D(cuCtxPushCurrent_v2, ctx1), CUDA_SUCCESS);
+    CHECK_EQ(D(cuStreamCreate, &s1, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CUdeviceptr q;
+    CHECK_EQ(D(cuMemAlloc_v2, &q, 4 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuCtxPopCurrent_v2, &popped), CUDA_SUCCESS);
+    CUdeviceptr f, g;
+    CHECK_EQ(D(cuMemAlloc_v2, &f, 8 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFree_v2, f), CUDA_SUCCESS);
+    unsigned long (*calls_of)(const char *) = sim_fn("simcuda_calls_of");
+    unsigned long syncs = calls_of("cuCtxSynchronize");
+    CHECK_EQ(D(cuStreamBeginCapture_v2, s1, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemsetD8Async, q, 3, 4 * MiB, s1), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAlloc_v2, &g, 8 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(g, f);
+    CHECK(calls_of("cuCtxSynchronize") > syncs);
+    CUgraph graph = NULL;
+    CHECK_EQ(D(cuStreamEndCapture, s1, &graph), CUDA_SUCCESS);
+    CHECK(graph != NULL);
+}
+
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--mode")) {
@@ -394,6 +422,7 @@ int main(int argc, char **argv)
         TEST_ENTRY(free_async_on_a_capturing_stream)
         TEST_ENTRY(frees_are_deferred_until_the_capture_ends)
         TEST_ENTRY(other_threads_do_not_break_a_capture)
+        TEST_ENTRY(a_capture_holds_back_its_own_device_only)
     };
     return run_cases(cases, sizeof cases / sizeof *cases, argc, argv);
 }
