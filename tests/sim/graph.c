@@ -130,6 +130,16 @@ int sim_capture_add(CUstream s, const struct sim_node *node, CUresult *rc)
     return c != NULL;
 }
 
+int sim_capture_break(CUstream s)
+{
+    pthread_mutex_lock(&sim_cap_lock);
+    struct sim_capture *c = sim_cap_of(s);
+    if (c)
+        c->invalidated = 1;
+    pthread_mutex_unlock(&sim_cap_lock);
+    return c != NULL;
+}
+
 CUresult sim_capture_unsafe(void)
 {
     CUresult rc = CUDA_SUCCESS;
@@ -173,14 +183,7 @@ CUresult sim_capture_stream_sync(CUstream s)
     CUresult rc = sim_stream_dev(s, NULL);
     if (rc != CUDA_SUCCESS)
         return rc;
-    pthread_mutex_lock(&sim_cap_lock);
-    struct sim_capture *c = sim_cap_of(s);
-    if (c) {
-        c->invalidated = 1;
-        rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-    }
-    pthread_mutex_unlock(&sim_cap_lock);
-    return rc;
+    return sim_capture_break(s) ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
 }
 
 CUresult sim_capture_event_sync(CUevent e)

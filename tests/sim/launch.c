@@ -94,8 +94,6 @@ static CUresult sim_launch_check(const struct sim_launch *l)
     return sim_stream_dev(l->stream, NULL);
 }
 
-/* Checks under the lock, then runs the body without it so a kernel body
- * may itself call the driver. */
 /* A launch on a capturing stream: its parameters are packed and kept. */
 static int sim_launch_recorded(const struct sim_launch *l, void **params, CUresult *rc)
 {
@@ -113,6 +111,8 @@ static int sim_launch_recorded(const struct sim_launch *l, void **params, CUresu
     return recorded;
 }
 
+/* Checks under the lock, then runs the body without it so a kernel body
+ * may itself call the driver. */
 static CUresult sim_launch(const struct sim_launch *l)
 {
     void **unpacked = NULL;

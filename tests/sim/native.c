@@ -167,11 +167,8 @@ SIM_API2(cuMemAllocAsync, cuMemAllocAsync_ptsz, SIM_WRITE,
 static CUresult sim_mem_free_async(CUdeviceptr p, CUstream s)
 {
     CUresult rc = sim_stream_dev(s, NULL);
-    struct sim_node none = {.kind = SIM_NODE_COPY};
-    if (rc == CUDA_SUCCESS && sim_capture_add(s, &none, &rc) && rc == CUDA_SUCCESS) {
-        sim_capture_stream_sync(s); /* invalidates it */
+    if (rc == CUDA_SUCCESS && sim_capture_break(s))
         return CUDA_ERROR_INVALID_VALUE;
-    }
     return rc != CUDA_SUCCESS ? rc : sim_mem_free(p);
 }
 

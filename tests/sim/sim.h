@@ -186,6 +186,9 @@ struct sim_node { /* one recorded operation */
 };
 /* True (with the call's result in *rc) when s captures: node was recorded. */
 int sim_capture_add(CUstream s, const struct sim_node *node, CUresult *rc);
+/* True when s captures, after invalidating its capture (for calls that
+ * cannot be captured). */
+int sim_capture_break(CUstream s);
 /* A "potentially unsafe" call (allocation, free, synchronous copy or set,
  * VMM): CUDA_SUCCESS when the calling thread's capture mode allows it, else
  * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED with the forbidding captures
