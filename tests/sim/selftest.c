@@ -1063,6 +1063,99 @@ static void test_reset(void)
     simcuda_set_devices(2);
 }
 
+/* Stream capture after CUDA's rules (graph.c). */
+static void *end_elsewhere(void *arg)
+{
+    CUgraph g;
+    CHECK_RC(cuStreamEndCapture((CUstream)arg, &g), CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD);
+    return NULL;
+}
+
+static void body_inc(void **params)
+{
+    (*(unsigned char *)(uintptr_t) * (CUdeviceptr *)params[0])++;
+}
+
+static void test_capture(void)
+{
+    fresh();
+    CUstream s;
+    CUgraph g;
+    CUgraphExec x;
+    CUevent ev;
+    CUdeviceptr d;
+    CUstreamCaptureStatus st;
+    const size_t psize = sizeof(CUdeviceptr);
+    CUfunction inc = simcuda_function(body_inc, 1, &psize);
+    CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CU_OK(cuEventCreate(&ev, 0));
+    CU_OK(cuMemAlloc_v2(&d, 4096));
+    CU_OK(cuMemsetD8_v2(d, 0, 4096));
+    CHECK_RC(cuStreamBeginCapture_v2(NULL, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CHECK_RC(cuStreamEndCapture(s, &g), CUDA_ERROR_ILLEGAL_STATE);
+
+    /* Recorded, not run; replayed by each launch. */
+    CU_OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    CHECK_RC(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_ERROR_ILLEGAL_STATE);
+    CU_OK(cuStreamIsCapturing(s, &st));
+    CHECK(st == CU_STREAM_CAPTURE_STATUS_ACTIVE);
+    CU_OK(cuMemsetD8Async(d, 5, 16, s));
+    void *params[] = {&d};
+    CU_OK(cuLaunchKernel(inc, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+    CU_OK(cuMemcpyDtoDAsync_v2(d + 16, d, 16, s));
+    CU_OK(cuEventRecord(ev, s));
+    CHECK_RC(cuEventQuery(ev), CUDA_ERROR_CAPTURED_EVENT);   /* and invalidates */
+    CU_OK(cuStreamIsCapturing(s, &st));
+    CHECK(st == CU_STREAM_CAPTURE_STATUS_INVALIDATED);
+    CHECK_RC(cuMemsetD8Async(d, 5, 16, s), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, end_elsewhere, s) == 0);
+    pthread_join(t, NULL);
+    CHECK_RC(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    CHECK(g == NULL);
+
+    CU_OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CU_OK(cuMemsetD8Async(d, 5, 16, s));
+    CU_OK(cuLaunchKernel(inc, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+    CU_OK(cuMemcpyDtoDAsync_v2(d + 16, d, 16, s));
+    unsigned char b[32];
+    CU_OK(cuMemcpyDtoH_v2(b, d, 32));   /* relaxed: allowed, nothing ran yet */
+    CHECK(b[0] == 0 && b[16] == 0);
+    CU_OK(cuStreamEndCapture(s, &g));
+    CU_OK(cuGraphInstantiateWithFlags(&x, g, 0));
+    CU_OK(cuGraphLaunch(x, s));
+    CU_OK(cuMemcpyDtoH_v2(b, d, 32));
+    CHECK(b[0] == 6 && b[1] == 5 && b[16] == 6 && b[17] == 5);
+    CU_OK(cuGraphLaunch(x, s));
+    CU_OK(cuGraphExecDestroy(x));
+    CHECK_RC(cuGraphExecDestroy(x), CUDA_ERROR_INVALID_VALUE);
+    CU_OK(cuGraphDestroy(g));
+
+    /* Unsafe calls by mode; waits on the device or the stream. */
+    CU_OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL));
+    CUdeviceptr e;
+    CHECK_RC(cuMemAlloc_v2(&e, 4096), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+    CU_OK(cuThreadExchangeStreamCaptureMode(&m));
+    CU_OK(cuMemAlloc_v2(&e, 4096));   /* relaxed thread mode: allowed */
+    CU_OK(cuMemFree_v2(e));
+    CU_OK(cuThreadExchangeStreamCaptureMode(&m));
+    CHECK_RC(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    CU_OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CHECK_RC(cuCtxSynchronize(), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CHECK_RC(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    CU_OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CHECK_RC(cuStreamSynchronize(s), CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    CHECK_RC(cuStreamEndCapture(s, &g), CUDA_ERROR_STREAM_CAPTURE_INVALIDATED);
+    CU_OK(cuCtxSynchronize());
+    CU_OK(cuStreamSynchronize(s));
+
+    CU_OK(cuMemFree_v2(d));
+    CU_OK(cuEventDestroy_v2(ev));
+    CU_OK(cuStreamDestroy_v2(s));
+    check_no_leaks();
+}
+
 int main(void)
 {
     static const struct {
@@ -1077,6 +1170,7 @@ int main(void)
         {"pointers", test_pointers}, {"faults", test_faults},
         {"procaddr", test_procaddr}, {"launch", test_launch},
         {"threads", test_threads},   {"reset", test_reset},
+        {"capture", test_capture},
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         tests[i].fn();
