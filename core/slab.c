@@ -19,6 +19,7 @@ struct pending {
     uint32_t slot[PENDING_MAX];
     uint64_t stamp;               /* the newest free's epoch */
     int n;
+    bool overflow;                /* more frees than fit (no wait was allowed): found by a scan */
 };
 
 static pthread_mutex_t slab_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -189,6 +190,17 @@ static void release_slot(struct gvm_slab *s, unsigned i)
 
 static void maybe_drop_chunk(struct gvm_slab *s);
 
+/* Freed slots that did not fit in the pending list: taken, without a size
+ * and without aliases. Called with slab_lock held, once the device settled. */
+static void release_unlisted(int device)
+{
+    pending[device].overflow = false;
+    for (int c = 0; c < NCLASSES; c++)
+        for (struct gvm_slab *s = lists[device][c]; s; s = s->next)
+            for (unsigned i = 0; i < s->nslots; i++)
+                if ((s->bits[i / 64] >> (i % 64) & 1) && !s->sizes[i] && !s->aliased[i]) release_slot(s, i);
+}
+
 /* Makes every pending slot of device free once the device settled (waits
  * if it has not). Called with slab_lock held. */
 static void flush_locked(int device)
@@ -208,6 +220,7 @@ static void flush_locked(int device)
     }
     int n = pd->n;
     pd->n = 0;
+    if (pd->overflow) release_unlisted(device);
     /* Chunks that became empty may go now (each looked at once). */
     for (int i = 0; i < n; i++) {
         struct gvm_slab *s = pd->slab[i];
@@ -222,10 +235,15 @@ static void make_pending(struct gvm_slab *s, unsigned slot)
 {
     struct pending *pd = &pending[s->device];
     if (pd->n == PENDING_MAX) flush_locked(s->device);
-    if (pd->n == PENDING_MAX) return;   /* the device failed: the slot stays taken */
+    pd->stamp = gvm_topo_epoch(s->device);
+    if (pd->n == PENDING_MAX) {
+        /* No wait now (a capture is open, or the device failed): the
+         * slot stays taken until a flush finds it. */
+        pd->overflow = true;
+        return;
+    }
     pd->slab[pd->n] = s;
     pd->slot[pd->n++] = slot;
-    pd->stamp = gvm_topo_epoch(s->device);
 }
 
 void gvm_slab_flush(int device)

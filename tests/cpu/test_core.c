@@ -506,6 +506,23 @@ static void device_waits_refused_while_capturing(void)
     CHECK(simcuda_calls_of("cuCtxSynchronize") > syncs);
 }
 
+/* More small frees during a capture than the pending list holds: none is
+ * lost, all are reused once the capture ended (one chunk holds 8192). */
+static void small_frees_past_the_pending_list_during_a_capture(void)
+{
+    start2();
+    enum { N = 5000, SLOTS = 8192 };
+    static uintptr_t p[N];
+    CUstream s = (CUstream)(uintptr_t)0x1234;
+    for (int i = 0; i < N; i++) p[i] = sim_alloc(256);
+    long handles = simcuda_live_handles();
+    gvm_capture_begin(0, s, CU_STREAM_CAPTURE_MODE_RELAXED);
+    for (int i = 0; i < N; i++) CHECK_EQ(gvm_heap_free(p[i]), CUDA_SUCCESS);
+    CHECK_EQ(gvm_capture_end(s), 0);
+    for (int i = 0; i < SLOTS; i++) sim_alloc(256);
+    CHECK_EQ(simcuda_live_handles(), handles);
+}
+
 static void *other_thread_modes(void *arg)
 {
     (void)arg;
@@ -566,6 +583,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(inactive_core_refuses_api)
     TEST_ENTRY(device_waits_refused_while_capturing)
     TEST_ENTRY(capture_modes_forbid_as_cuda_says)
+    TEST_ENTRY(small_frees_past_the_pending_list_during_a_capture)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }
