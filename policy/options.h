@@ -7,13 +7,13 @@
  * parser as user input), --help-config, the README table and the dump.
  *
  * To add an option: add a line here (and a case to check_option() in
- * config.c if its type alone does not bound it). To add a set of words:
+ * config_types.c if its type alone does not bound it). To add a set of words:
  * add it to GVM_ENUM_TYPES, nothing more. To add another type T: add it to
  * GVM_OPTION_TYPES, typedef gvm_opt_T_t in config.h and write parse_T and
- * format_T in config.c; the build fails until all of them exist.
+ * format_T in config_types.c; the build fails until all of them exist.
  *
  * "none" (unlimited) is accepted exactly by the options whose default is
- * "none". Range checks beyond the type live in check_option() in config.c.
+ * "none". Range checks beyond the type live in check_option() in config_types.c.
  */
 #ifndef GVM_POLICY_OPTIONS_H
 #define GVM_POLICY_OPTIONS_H
