@@ -21,12 +21,16 @@ void gvm_settings_defaults(struct gvm_settings *s)
     s->host_access = GVM_HOST_ACCESS_LAZY;
 }
 
-CUresult gvm_core_start(struct gvm_settings *s, void (*resolve)(struct gvm_settings *s))
+CUresult gvm_core_probe(void)
 {
     CUresult rc = gvm_topo_init();
     if (rc != CUDA_SUCCESS) return rc;
     if (gvm_decoy_init()) return CUDA_ERROR_OUT_OF_MEMORY;   /* pointer queries need it */
-    if (resolve) resolve(s);
+    return CUDA_SUCCESS;
+}
+
+CUresult gvm_core_start(const struct gvm_settings *s)
+{
     gvm_settings = *s;
     if (!gvm_topo.gran) return CUDA_ERROR_NOT_SUPPORTED;
     if (gvm_settings.block_size < gvm_topo.gran) gvm_settings.block_size = gvm_topo.gran;

@@ -7,12 +7,17 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-/* Reads the topology and applies the settings. The driver table must be filled
- * and cuInit done. Returns CUDA_SUCCESS or the error that keeps the core
- * from serving (then everything passes through). */
-/* `resolve` fills the settings once the topology is known (device sizes
- * for percentages). */
-CUresult gvm_core_start(struct gvm_settings *s, void (*resolve)(struct gvm_settings *s));
+/* Starting is two steps, so that whoever starts the core can turn its
+ * configuration into settings once the devices are known (percentages of
+ * their memory) without the core calling back up:
+ *
+ * gvm_core_probe reads the topology (gvm_topo) and sets up what pointer
+ * queries need before anything is served. The driver table must be
+ * filled and cuInit done. gvm_core_start then applies the settings and
+ * starts serving. Each returns CUDA_SUCCESS or the error that keeps the
+ * core from serving (then everything passes through). */
+CUresult gvm_core_probe(void);
+CUresult gvm_core_start(const struct gvm_settings *s);
 
 /* True once gvm_core_start succeeded. */
 bool gvm_core_active(void);

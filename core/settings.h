@@ -1,5 +1,5 @@
 /* The knobs core obeys, resolved to absolute values by whoever starts the
- * core (the preload layer from the configuration, tests directly). */
+ * core (policy from the configuration, tests directly). */
 #ifndef GVM_SETTINGS_H
 #define GVM_SETTINGS_H
 

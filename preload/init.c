@@ -12,6 +12,7 @@
 #include "core/trace.h"
 #include "policy/config.h"
 #include "policy/place.h"
+#include "policy/settings.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -22,12 +23,11 @@
 
 extern char **environ;
 
-struct gvm_config gvm_cfg;
-
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 static int driver_state;      /* 0 not tried, 1 loaded, -1 failed */
 static int core_state;        /* 0 not started, 1 serving, -1 failed */
 static __thread bool loading; /* this thread is inside the driver's dlopen */
+static bool tracks_launches;  /* decided at load, from the configuration */
 
 typedef void *(*dlsym_fn)(void *, const char *);
 extern void *gvm_real_dlsym_ptr;   /* preload/dlsym.c's entry stub reads it */
@@ -64,11 +64,7 @@ void *gvm_shim_real_slow(enum gvm_driver_fn fn)
     return f;
 }
 
-bool gvm_shim_tracks_launches(void)
-{
-    return gvm_cfg.track_launches == GVM_CFG_TRACK_ON ||
-           (gvm_cfg.track_launches == GVM_CFG_TRACK_AUTO && gvm_cfg.spill.n > 0);
-}
+bool gvm_shim_tracks_launches(void) { return tracks_launches; }
 
 bool gvm_shim_driver(void)
 {
@@ -89,23 +85,6 @@ bool gvm_shim_driver(void)
     return st > 0;
 }
 
-/* Turns the configuration into the core's absolute settings, once the
- * device sizes are known. */
-static void resolve_settings(struct gvm_settings *s)
-{
-    gvm_settings_defaults(s);
-    s->small_max = gvm_cfg.small_max;
-    s->block_size = gvm_cfg.block_size;
-    s->headroom = gvm_cfg.headroom;
-    s->host_pool = gvm_cfg.host_pool;
-    s->host_access = (int)gvm_cfg.host_access;
-    for (int d = 0; d < gvm_topo.ndev; d++) {
-        size_t total = gvm_topo.dev[d].total;
-        s->cache_limit[d] = gvm_cfg_device_value(&gvm_cfg.cache_limit, d, total);
-        s->pool_limit[d] = gvm_cfg_device_value(&gvm_cfg.pool_limit, d, total);
-    }
-}
-
 static void expand_pid(const char *in, char *out, size_t len);
 
 static void start_trace(void)
@@ -123,8 +102,14 @@ static void start_core(void)
     /* Without a current context the program's own call fails natively;
      * try again at the next one. */
     if (gvm_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return;
-    struct gvm_settings s;
-    CUresult rc = gvm_core_start(&s, resolve_settings);
+    /* The core reads the devices, policy turns the configuration into
+     * settings for them, the core applies them. */
+    CUresult rc = gvm_core_probe();
+    if (rc == CUDA_SUCCESS) {
+        struct gvm_settings s;
+        gvm_policy_settings(&gvm_cfg, &gvm_topo, &s);
+        rc = gvm_core_start(&s);
+    }
     if (rc == CUDA_SUCCESS) rc = gvm_policy_start(&gvm_cfg);
     if (rc != CUDA_SUCCESS) {
         gvm_core_set_active(false);
@@ -166,6 +151,7 @@ __attribute__((constructor)) static void gvm_shim_configure(void)
         _exit(1);
     }
     gvm_log_level = (int)gvm_cfg.log;
+    tracks_launches = gvm_policy_tracks_launches(&gvm_cfg);
     if (gvm_cfg.disable) gvm_core_set_active(false);
     if (gvm_log_level >= GVM_LOG_DEBUG) gvm_config_dump_lines(&gvm_cfg, log_line, NULL);
 }

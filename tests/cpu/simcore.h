@@ -33,7 +33,8 @@ static inline void sim_start(int ndev, size_t capacity, void (*tune)(struct gvm_
     gvm_settings_defaults(&s);
     s.host_access = GVM_HOST_ACCESS_EAGER;
     if (tune) tune(&s);
-    CHECK_EQ(gvm_core_start(&s, NULL), CUDA_SUCCESS);
+    CHECK_EQ(gvm_core_probe(), CUDA_SUCCESS);
+    CHECK_EQ(gvm_core_start(&s), CUDA_SUCCESS);
 }
 
 static inline CUcontext current_ctx(void)

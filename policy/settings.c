@@ -1,0 +1,25 @@
+#include "policy/settings.h"
+
+struct gvm_config gvm_cfg;
+
+void gvm_policy_settings(const struct gvm_config *cfg, const struct gvm_topo *topo,
+                         struct gvm_settings *out)
+{
+    gvm_settings_defaults(out);
+    out->small_max = cfg->small_max;
+    out->block_size = cfg->block_size;
+    out->headroom = cfg->headroom;
+    out->host_pool = cfg->host_pool;
+    out->host_access = (int)cfg->host_access;
+    for (int d = 0; d < topo->ndev; d++) {
+        size_t total = topo->dev[d].total;
+        out->cache_limit[d] = gvm_cfg_device_value(&cfg->cache_limit, d, total);
+        out->pool_limit[d] = gvm_cfg_device_value(&cfg->pool_limit, d, total);
+    }
+}
+
+bool gvm_policy_tracks_launches(const struct gvm_config *cfg)
+{
+    return cfg->track_launches == GVM_CFG_TRACK_ON ||
+           (cfg->track_launches == GVM_CFG_TRACK_AUTO && cfg->spill.n > 0);
+}
