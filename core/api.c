@@ -4,14 +4,13 @@
 #include "core/capture.h"
 #include "core/core.h"
 #include "core/driver.h"
+#include "core/export.h"
 #include "core/heap.h"
 #include "core/log.h"
 #include "core/move.h"
 #include "core/slab.h"
 #include "core/topo.h"
 #include "core/vamap.h"
-
-#define GVM_API __attribute__((visibility("default")))
 
 static __thread CUresult last_driver_error;
 
@@ -55,7 +54,7 @@ static gvm_status check_location(const struct gvm_region *r, int loc)
     return gvm_topo_reaches(r->device, loc) ? GVM_OK : GVM_ERR_UNSUPPORTED;
 }
 
-GVM_API gvm_status gvm_migrate(const void *ptr, int location)
+GVM_EXPORT gvm_status gvm_migrate(const void *ptr, int location)
 {
     struct gvm_ref ref;
     gvm_status st = lock_ref(ptr, &ref);
@@ -106,7 +105,7 @@ recycle:
     return rc;
 }
 
-GVM_API gvm_status gvm_alias(const void *ptr, void **alias_out)
+GVM_EXPORT gvm_status gvm_alias(const void *ptr, void **alias_out)
 {
     if (!alias_out) return GVM_ERR_INVALID;
     struct gvm_ref ref;
@@ -146,7 +145,7 @@ static void unlink_alias(struct gvm_region *t, struct gvm_region *a)
     a->aliases = NULL;
 }
 
-GVM_API gvm_status gvm_unalias(void *alias)
+GVM_EXPORT gvm_status gvm_unalias(void *alias)
 {
     if (!gvm_core_active()) return gvm_core_off() ? GVM_ERR_INACTIVE : GVM_ERR_UNKNOWN_POINTER;
     struct gvm_region *a = find_alias((uintptr_t)alias);
@@ -223,7 +222,7 @@ static gvm_status resize_large(struct gvm_region *r, size_t new_size)
     return GVM_OK;
 }
 
-GVM_API gvm_status gvm_realloc(const void *ptr, size_t new_size)
+GVM_EXPORT gvm_status gvm_realloc(const void *ptr, size_t new_size)
 {
     if (!new_size) return GVM_ERR_INVALID;
     struct gvm_ref ref;
@@ -242,7 +241,7 @@ GVM_API gvm_status gvm_realloc(const void *ptr, size_t new_size)
 
 /* ---- query ---------------------------------------------------------- */
 
-GVM_API gvm_status gvm_query(const void *ptr, gvm_info *info)
+GVM_EXPORT gvm_status gvm_query(const void *ptr, gvm_info *info)
 {
     if (!info) return GVM_ERR_INVALID;
     struct gvm_ref ref;
@@ -273,7 +272,7 @@ GVM_API gvm_status gvm_query(const void *ptr, gvm_info *info)
     return GVM_OK;
 }
 
-GVM_API const char *gvm_strerror(gvm_status status)
+GVM_EXPORT const char *gvm_strerror(gvm_status status)
 {
     switch (status) {
     case GVM_OK: return "success";

@@ -7,14 +7,13 @@
 #include "core/capture.h"
 #include "core/core.h"
 #include "core/driver.h"
+#include "core/export.h"
 #include "core/log.h"
 #include "core/move.h"
 #include "core/topo.h"
 #include "policy/spill.h"
 
 #include <stdlib.h>
-
-#define GVM_API __attribute__((visibility("default")))
 
 struct list {
     int tag;          /* -1: every tagged allocation */
@@ -132,6 +131,6 @@ static gvm_status run(const char *tag, bool resume, int flags)
     return rc == CUDA_SUCCESS ? GVM_OK : GVM_ERR_DRIVER;
 }
 
-GVM_API gvm_status gvm_pause(const char *tag, int flags) { return run(tag, false, flags); }
+GVM_EXPORT gvm_status gvm_pause(const char *tag, int flags) { return run(tag, false, flags); }
 
-GVM_API gvm_status gvm_resume(const char *tag) { return run(tag, true, 0); }
+GVM_EXPORT gvm_status gvm_resume(const char *tag) { return run(tag, true, 0); }

@@ -1,6 +1,7 @@
 /* Tag names to small ids, and the per-thread tag stack of gvm_tag_push. */
 #include "policy/place.h"
 
+#include "core/export.h"
 #include "gvmshim.h"
 
 #include <pthread.h>
@@ -40,7 +41,7 @@ const char *gvm_tag_name(int id)
 
 int gvm_policy_current_tag(void) { return depth ? stack[depth - 1] : 0; }
 
-__attribute__((visibility("default"))) gvm_status gvm_tag_push(const char *tag)
+GVM_EXPORT gvm_status gvm_tag_push(const char *tag)
 {
     if (!tag || !*tag || strlen(tag) >= TAG_LEN) return GVM_ERR_INVALID;
     if (depth == STACK_DEPTH) return GVM_ERR_INVALID;
@@ -50,7 +51,7 @@ __attribute__((visibility("default"))) gvm_status gvm_tag_push(const char *tag)
     return GVM_OK;
 }
 
-__attribute__((visibility("default"))) gvm_status gvm_tag_pop(void)
+GVM_EXPORT gvm_status gvm_tag_pop(void)
 {
     if (!depth) return GVM_ERR_INVALID;
     depth--;

@@ -6,14 +6,13 @@
 
 #include "core/core.h"
 #include "core/driver.h"
+#include "core/export.h"
 #include "core/heap.h"
 #include "core/move.h"
 #include "core/stats.h"
 #include "core/topo.h"
 
 #include <stdbool.h>
-
-#define GVM_EXPORT __attribute__((visibility("default")))
 
 /* Sanitizer runtimes resolve their interceptors with dlsym while they
  * start, before their shadow memory exists: code on that path must not be
