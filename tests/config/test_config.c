@@ -1,6 +1,9 @@
 /* Tests of the configuration: every option with good and bad values,
  * per-device lists, the file and its rules, precedence, error lines, and
  * the gvm-config tool (its path is argv[1]). */
+#define CHECK_CONTINUE
+#include "../check.h"
+
 #include "policy/config.h"
 
 #include <errno.h>
@@ -14,30 +17,6 @@
 #include <unistd.h>
 
 extern char **environ;
-
-static int passed, failed;
-
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (cond) {                                                            \
-            passed++;                                                          \
-        } else {                                                               \
-            failed++;                                                          \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-        }                                                                      \
-    } while (0)
-
-#define CHECK_STR(got, want)                                                   \
-    do {                                                                       \
-        const char *g_ = (got), *w_ = (want);                                  \
-        if (g_ && w_ && strcmp(g_, w_) == 0) {                                 \
-            passed++;                                                          \
-        } else {                                                               \
-            failed++;                                                          \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n  got:  '%s'\n  want: '%s'\n", \
-                    __FILE__, __LINE__, #got, g_ ? g_ : "(null)", w_ ? w_ : "(null)"); \
-        }                                                                      \
-    } while (0)
 
 #define KIB ((size_t)1 << 10)
 #define MIB ((size_t)1 << 20)
@@ -1052,6 +1031,6 @@ int main(int argc, char **argv)
     snprintf(path, sizeof path, "%s/tool.err", tmpdir);
     unlink(path);
     if (rmdir(tmpdir)) fprintf(stderr, "rmdir %s: %s\n", tmpdir, strerror(errno));
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    printf("%d passed, %d failed\n", checks_passed, checks_failed);
+    return checks_failed ? 1 : 0;
 }

@@ -5,29 +5,13 @@
 #ifndef GVM_TEST_HARNESS_H
 #define GVM_TEST_HARNESS_H
 
+#include "../check.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
-            exit(1);                                                           \
-        }                                                                      \
-    } while (0)
-
-#define CHECK_EQ(a, b)                                                         \
-    do {                                                                       \
-        long long a_ = (long long)(a), b_ = (long long)(b);                    \
-        if (a_ != b_) {                                                        \
-            fprintf(stderr, "%s:%d: CHECK_EQ(%s, %s) failed: %lld != %lld\n", __FILE__, __LINE__, \
-                    #a, #b, a_, b_);                                           \
-            exit(1);                                                           \
-        }                                                                      \
-    } while (0)
 
 struct test_case {
     const char *name;

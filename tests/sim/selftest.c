@@ -3,6 +3,8 @@
 #define _GNU_SOURCE
 #include "simcuda.h"
 
+#include "../check.h"
+
 #include "../../core/driver_list.h"
 
 #include <dlfcn.h>
@@ -18,23 +20,13 @@ CUresult CUDAAPI cuMemAlloc(unsigned int *dptr, unsigned int bytesize);
 
 #define MiB ((size_t)1 << 20)
 
-#define CHECK(cond)                                                            \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__,   \
-                    #cond);                                                    \
-            exit(1);                                                           \
-        }                                                                      \
-    } while (0)
-
 #define CHECK_RC(call, want)                                                   \
     do {                                                                       \
         CUresult rc_ = (call);                                                 \
-        if (rc_ != (want)) {                                                   \
+        if (rc_ != (want))                                                     \
             fprintf(stderr, "%s:%d: %s returned %d, want %d\n", __FILE__,      \
                     __LINE__, #call, (int)rc_, (int)(want));                   \
-            exit(1);                                                           \
-        }                                                                      \
+        check_result(rc_ == (want));                                           \
     } while (0)
 
 #define CU_OK(call) CHECK_RC(call, CUDA_SUCCESS)
