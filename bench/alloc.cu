@@ -5,11 +5,12 @@
  * the result. scripts/bench runs this natively and under the shim.
  *
  *     bench-alloc [--budget-ms 400] [--sizes 256,65536,...] */
-#include "bench.h"
+#define GT_FAIL_EXITS
+#include "gpu_test.h"
 
 #include <dlfcn.h>
 
-using namespace bench;
+using namespace gt;
 
 int main(int argc, char **argv)
 {
@@ -40,7 +41,7 @@ int main(int argc, char **argv)
     for (size_t size : sizes) {
         char nb[32];
         if (size + 256 * MiB > free_b) {
-            printf("%-10s skipped: only %zu MiB free\n", size_name(size, nb, sizeof nb), free_b / MiB);
+            printf("%-10s skipped: only %zu MiB free\n", human(size, nb, sizeof nb), free_b / MiB);
             continue;
         }
         void *p = nullptr;
@@ -81,7 +82,7 @@ int main(int argc, char **argv)
         row.n("median_us", median(pair)).n("p10_us", percentile(pair, 0.1)).n("p90_us", percentile(pair, 0.9));
         row.n("alloc_median_us", median(a)).n("free_median_us", median(f)).n("n", (double)n);
         rows.push_back(row.done());
-        printf("%-10s %12.2f %12.3f %12.3f %12.3f %8ld\n", size_name(size, nb, sizeof nb), first, median(pair),
+        printf("%-10s %12.2f %12.3f %12.3f %12.3f %8ld\n", human(size, nb, sizeof nb), first, median(pair),
                median(a), median(f), n);
         fflush(stdout);
     }

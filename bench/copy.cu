@@ -11,11 +11,12 @@
  *   cudaMemcpyAsync (cudart's own path to the driver).
  *
  *     bench-copy [--calls 200000] [--burst 500] */
-#include "bench.h"
+#define GT_FAIL_EXITS
+#include "gpu_test.h"
 
 #include <dlfcn.h>
 
-using namespace bench;
+using namespace gt;
 
 typedef CUresult (*dtod_fn)(CUdeviceptr, CUdeviceptr, size_t, CUstream);
 
@@ -86,7 +87,7 @@ int main(int argc, char **argv)
     void *fn = nullptr;
     cudaDriverEntryPointQueryResult qr;
     CK(cudaGetDriverEntryPointByVersion("cuMemcpyDtoDAsync", &fn, 12000, cudaEnableDefault, &qr));
-    if (!fn || qr != cudaDriverEntryPointSuccess) die(__FILE__, __LINE__, "cuMemcpyDtoDAsync not resolved");
+    if (!fn || qr != cudaDriverEntryPointSuccess) fail_at(__FILE__, __LINE__, "cuMemcpyDtoDAsync not resolved");
     dtod_fn entry = (dtod_fn)fn;
     Dl_info info;
     const char *where = dladdr(fn, &info) && info.dli_fname ? info.dli_fname : "?";
@@ -113,7 +114,7 @@ int main(int argc, char **argv)
     unsigned char back[256];
     CK(cudaMemcpy(back, dst, n, cudaMemcpyDeviceToHost));
     for (size_t i = 0; i < n; i++)
-        if (back[i] != 1) die(__FILE__, __LINE__, "the copied bytes are wrong at %zu", i);
+        if (back[i] != 1) fail_at(__FILE__, __LINE__, "the copied bytes are wrong at %zu", i);
     CK(cudaStreamDestroy(s));
     CK(cudaFree(src));
     CK(cudaFree(dst));

@@ -9,11 +9,12 @@
  * GVM_TRACK_LAUNCHES=off and =on.
  *
  *     bench-launch [--launches 100000] [--burst 500] */
-#include "bench.h"
+#define GT_FAIL_EXITS
+#include "gpu_test.h"
 
 #include <dlfcn.h>
 
-using namespace bench;
+using namespace gt;
 
 struct Ptrs {
     float *p[64];

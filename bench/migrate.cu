@@ -14,12 +14,13 @@
  * min(size, 1 GiB), median of 5.
  *
  *     bench-migrate [--sizes 64M,1G,8G] [--rounds 4] */
-#include "bench.h"
+#define GT_FAIL_EXITS
+#include "gpu_test.h"
 #include "gvmshim.h"
 
 #include <dlfcn.h>
 
-using namespace bench;
+using namespace gt;
 
 static decltype(&gvm_migrate) g_migrate;
 static decltype(&gvm_strerror) g_strerror;
@@ -51,7 +52,7 @@ static void check(const uint32_t *p, size_t n, const char *after)
     k_check<<<2048, 256>>>(p, n, g_bad);
     CK(cudaGetLastError());
     CK(cudaDeviceSynchronize());
-    if (*g_bad) die(__FILE__, __LINE__, "after %s: %llu of %zu words are wrong", after, *g_bad, n);
+    if (*g_bad) fail_at(__FILE__, __LINE__, "after %s: %llu of %zu words are wrong", after, *g_bad, n);
 }
 
 static double move_ms(const void *p, int to)
@@ -60,7 +61,7 @@ static double move_ms(const void *p, int to)
     double t0 = now_us();
     gvm_status st = g_migrate(p, to);
     double t = (now_us() - t0) / 1000;
-    if (st != GVM_OK) die(__FILE__, __LINE__, "gvm_migrate(%p, %d) -> %d (%s)", p, to, st, g_strerror(st));
+    if (st != GVM_OK) fail_at(__FILE__, __LINE__, "gvm_migrate(%p, %d) -> %d (%s)", p, to, st, g_strerror(st));
     return t;
 }
 
@@ -109,7 +110,7 @@ static std::string row(size_t size, const char *dir, double first_ms, const std:
     for (double ms : warm_ms) gbps.push_back((double)size / (ms * 1e6));
     char nb[32];
     printf("%-8s %-12s first %8.2f ms (%6.2f GB/s)  warm %8.2f ms (%6.2f GB/s)  link %6.2f GB/s  ratio %.2f\n",
-           size_name(size, nb, sizeof nb), dir, first_ms, (double)size / (first_ms * 1e6), median(warm_ms),
+           human(size, nb, sizeof nb), dir, first_ms, (double)size / (first_ms * 1e6), median(warm_ms),
            median(gbps), link, link > 0 ? median(gbps) / link : 0);
     fflush(stdout);
     Obj o;
@@ -174,8 +175,8 @@ int main(int argc, char **argv)
         size_t need_dev = size + link_n + 2 * GiB, need_host = size + link_n + 4 * GiB;
         if (dfree < need_dev || (hfree && hfree < need_host)) {
             printf("%-8s skipped: needs %zu MiB device (%zu free) and %zu MiB host (%zu available)\n",
-                   size_name(size, nb, sizeof nb), need_dev / MiB, dfree / MiB, need_host / MiB, hfree / MiB);
-            skipped.push_back(q(size_name(size, nb, sizeof nb)));
+                   human(size, nb, sizeof nb), need_dev / MiB, dfree / MiB, need_host / MiB, hfree / MiB);
+            skipped.push_back(q(human(size, nb, sizeof nb)));
             continue;
         }
         size_t n = size / 4;
@@ -215,7 +216,7 @@ int main(int argc, char **argv)
             if (fits) CK(cudaMalloc(&d1, link_n));
             CK(cudaSetDevice(0));
             if (!fits) {
-                printf("%-8s peer moves skipped: device 1 has %zu MiB free\n", size_name(size, nb, sizeof nb), f1 / MiB);
+                printf("%-8s peer moves skipped: device 1 has %zu MiB free\n", human(size, nb, sizeof nb), f1 / MiB);
             } else {
                 double p01 = link_gbps(link_n, [&] { CK(cudaMemcpyPeer(d1, 1, d, 0, link_n)); });
                 double p10 = link_gbps(link_n, [&] { CK(cudaMemcpyPeer(d, 0, d1, 1, link_n)); });

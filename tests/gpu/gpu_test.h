@@ -1,10 +1,16 @@
-/* Shared by the gpu suite's CUDA programs: checked CUDA calls, a tiny
- * runner (each case a function; a failed check throws, the case fails and
- * the next one runs unless the CUDA context is broken), a watchdog, the
- * gvmshim API looked up at run time, and pattern fill/verify kernels.
+/* Shared by the gpu suite's CUDA programs and the benchmarks (bench/):
+ * checked CUDA calls, a tiny runner (each case a function; a failed check
+ * throws, the case fails and the next one runs unless the CUDA context is
+ * broken), a watchdog, the gvmshim API looked up at run time, pattern
+ * fill/verify kernels, and for the benchmarks clocks, statistics and the
+ * one machine-readable line each prints for scripts/bench:
  *
- * Every program: exits 77 when there is no usable GPU, prints one line
- * "PASS|FAIL|SKIP name" per case and ends with "N passed, N failed". */
+ *     BENCH_JSON {"bench": "alloc", "device": "...", ...}
+ *
+ * A test program exits 77 when there is no usable GPU, prints one line
+ * "PASS|FAIL|SKIP name" per case and ends with "N passed, N failed". A
+ * benchmark defines GT_FAIL_EXITS before including this: a failed check
+ * then ends it at once with the message and status 1 (it has no runner). */
 #ifndef GVM_GPU_TEST_H
 #define GVM_GPU_TEST_H
 
@@ -16,6 +22,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdarg>
 #include <cstdint>
 #include <cstdio>
@@ -24,6 +32,7 @@
 #include <functional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace gt {
 
@@ -61,7 +70,13 @@ static inline std::string format(const char *fmt, ...)
     std::string s = vformat(fmt, ap);
     va_end(ap);
     const char *base = strrchr(file, '/');
+#ifdef GT_FAIL_EXITS
+    fprintf(stderr, "%s:%d: %s\n", base ? base + 1 : file, line, s.c_str());
+    fflush(stderr);
+    exit(1);
+#else
     throw Failure(format("%s:%d: %s", base ? base + 1 : file, line, s.c_str()));
+#endif
 }
 
 [[noreturn]] static inline void skip(const char *fmt, ...)
@@ -386,6 +401,108 @@ static inline void verify_words(Counter &c, const uint32_t *p, size_t n, uint64_
         throw Failure(format("%s: %llu of %zu words wrong, first at index %llu (want %#x)", what, c.h[0], n,
                              (unsigned long long)i, want));
     }
+}
+
+} // namespace gt
+
+/* ---- benchmarks: clocks, statistics, the BENCH_JSON line ------------------- */
+
+namespace gt {
+
+static inline double now_us(void)
+{
+    return std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+static inline double median(std::vector<double> v)
+{
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+static inline double percentile(std::vector<double> v, double p)
+{
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    size_t i = (size_t)(p * (double)(v.size() - 1) + 0.5);
+    return v[std::min(i, v.size() - 1)];
+}
+
+static inline double mean(const std::vector<double> &v)
+{
+    double s = 0;
+    for (double x : v) s += x;
+    return v.empty() ? 0 : s / (double)v.size();
+}
+
+/* Minimal JSON building: values are numbers or already-quoted strings. */
+static inline std::string q(const std::string &s)
+{
+    std::string o = "\"";
+    for (char c : s) {
+        if (c == '"' || c == '\\') o += '\\';
+        if ((unsigned char)c < 0x20) continue;
+        o += c;
+    }
+    return o + "\"";
+}
+
+static inline std::string num(double v)
+{
+    char b[64];
+    snprintf(b, sizeof b, "%.6g", v);
+    return b;
+}
+
+struct Obj {
+    std::string s;
+    Obj &add(const char *k, const std::string &raw)
+    {
+        s += (s.empty() ? "" : ", ") + q(k) + ": " + raw;
+        return *this;
+    }
+    Obj &str(const char *k, const std::string &v) { return add(k, q(v)); }
+    Obj &n(const char *k, double v) { return add(k, num(v)); }
+    std::string done() const { return "{" + s + "}"; }
+};
+
+static inline std::string list(const std::vector<std::string> &items)
+{
+    std::string o = "[";
+    for (size_t i = 0; i < items.size(); i++) o += (i ? ", " : "") + items[i];
+    return o + "]";
+}
+
+static inline std::string nums(const std::vector<double> &v)
+{
+    std::vector<std::string> s;
+    for (double x : v) s.push_back(num(x));
+    return list(s);
+}
+
+/* Device name, driver and runtime versions, and whether the shim's API is
+ * in the process (the caller tells). */
+static inline Obj header(const char *name, bool shim)
+{
+    cudaDeviceProp p;
+    memset(&p, 0, sizeof p);
+    CK(cudaGetDeviceProperties(&p, 0));
+    int drv = 0, rt = 0, ndev = 0;
+    cudaDriverGetVersion(&drv);
+    cudaRuntimeGetVersion(&rt);
+    cudaGetDeviceCount(&ndev);
+    Obj o;
+    o.str("bench", name).str("device", p.name).n("devices", ndev).n("cuda_driver", drv).n("cuda_runtime", rt);
+    o.n("shim", shim ? 1 : 0);
+    return o;
+}
+
+static inline void emit(const Obj &o)
+{
+    printf("BENCH_JSON %s\n", o.done().c_str());
+    fflush(stdout);
 }
 
 } // namespace gt
