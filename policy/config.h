@@ -3,7 +3,7 @@
  * policy/options.h.
  *
  * Loaded once, at library load, before any CUDA call; it needs nothing but
- * libc and never allocates beyond what stdio does to read the file. Any
+ * libc and one buffer for the file (a regular file of at most 1 MiB). Any
  * problem (a bad value, an unknown option, an unreadable file) is an error:
  * a job must never run with a policy other than the one its user wrote. */
 #ifndef GVM_POLICY_CONFIG_H
@@ -107,6 +107,7 @@ struct gvm_config {
     int nrules;
     int origin[GVM_OPT_COUNT];
     char file[GVM_CFG_PATH_MAX]; /* the config file read; "" = none */
+    bool env_ignored;            /* privileged process: GVM_* variables were ignored */
 };
 
 /* The option table, in options.h order. */
@@ -129,12 +130,23 @@ void gvm_config_defaults(struct gvm_config *cfg);
 
 /* Defaults, then the file named by GVM_CONFIG in envp, then every GVM_*
  * variable of envp (environ when envp is NULL). Variables named GVM_TEST_*
- * are left to test harnesses. */
+ * are left to test harnesses. In a privileged process (see below) the
+ * environment is ignored and no file is read: defaults only, and
+ * env_ignored is set when envp held a GVM_* variable (the caller warns). */
 int gvm_config_load(struct gvm_config *cfg, char *const *envp, char *err, size_t errlen);
 
 /* The same, reading 'file' instead of GVM_CONFIG when file is not NULL. */
 int gvm_config_load_from(struct gvm_config *cfg, char *const *envp, const char *file,
                          char *err, size_t errlen);
+
+/* True when the kernel marked the process AT_SECURE: setuid, setgid or file
+ * capabilities, where whoever started it is not whom it runs as. */
+bool gvm_config_privileged(void);
+
+/* gvm_config_load_from with the privilege given instead of asked for (the
+ * other two pass gvm_config_privileged(); tests pass either). */
+int gvm_config_load_as(struct gvm_config *cfg, char *const *envp, const char *file,
+                       bool privileged, char *err, size_t errlen);
 
 /* Apply config file text (the contents of a file) on top of cfg; 'source'
  * names it in messages. Rules are appended. */

@@ -1,9 +1,11 @@
 /* The loader: defaults, then the file GVM_CONFIG names, then the GVM_*
- * variables of the environment. */
+ * variables of the environment; in a privileged process, defaults only.
+ * This is the one place gvmshim reads its environment. */
 #include "policy/config_internal.h"
 
 #include <ctype.h>
 #include <string.h>
+#include <sys/auxv.h>
 
 extern char **environ;
 
@@ -81,11 +83,29 @@ static const char *env_get(char *const *envp, const char *name)
     return found;
 }
 
-int gvm_config_load_from(struct gvm_config *cfg, char *const *envp, const char *file, char *err,
-                         size_t errlen)
+/* Does envp hold a variable gvmshim would read? */
+static bool has_gvm_env(char *const *envp)
+{
+    for (char *const *e = envp; *e; e++)
+        if (strncmp(*e, "GVM_", 4) == 0 && !foreign_env(*e)) return true;
+    return false;
+}
+
+bool gvm_config_privileged(void) { return getauxval(AT_SECURE) != 0; }
+
+int gvm_config_load_as(struct gvm_config *cfg, char *const *envp, const char *file,
+                       bool privileged, char *err, size_t errlen)
 {
     if (!envp) envp = environ;
     gvm_config_defaults(cfg);
+    if (privileged) {
+        /* Whoever started a setuid/setgid/capability program chose its
+         * environment, and must not choose which files it reads, which
+         * library it loads or where it writes (secure_getenv's rule, for
+         * every variable at once). */
+        cfg->env_ignored = has_gvm_env(envp);
+        return 0;
+    }
     if (file) {
         if (gvm_cfg_read_file(cfg, file, file, err, errlen)) return -1;
     } else {
@@ -98,6 +118,12 @@ int gvm_config_load_from(struct gvm_config *cfg, char *const *envp, const char *
         }
     }
     return apply_env(cfg, envp, err, errlen);
+}
+
+int gvm_config_load_from(struct gvm_config *cfg, char *const *envp, const char *file, char *err,
+                         size_t errlen)
+{
+    return gvm_config_load_as(cfg, envp, file, gvm_config_privileged(), err, errlen);
 }
 
 int gvm_config_load(struct gvm_config *cfg, char *const *envp, char *err, size_t errlen)

@@ -4,8 +4,12 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 enum rule_key { RK_SIZE, RK_TAG, RK_DEVICE, RK_PLACE, RK_COUNT };
 static const char *const rule_keys[RK_COUNT] = {"size", "tag", "device", "place"};
@@ -324,62 +328,120 @@ static void reader_init(struct reader *r, struct gvm_config *cfg, const char *so
     r->errlen = errlen;
 }
 
-int gvm_config_parse_text(struct gvm_config *cfg, const char *text, const char *source,
-                          char *err, size_t errlen)
+/* Every line of text[0..len): NUL bytes are refused (text is never cut). */
+static int read_lines(struct reader *r, const char *text, size_t len)
 {
-    struct reader r;
-    reader_init(&r, cfg, source, err, errlen);
     char line[GVM_CFG_LINE_MAX];
-    const char *p = text;
-    while (*p) {
-        const char *nl = strchr(p, '\n');
-        size_t len = nl ? (size_t)(nl - p) : strlen(p);
-        r.line++;
-        if (len >= sizeof line - 1) {
-            READ_ERR(&r, "line longer than %d characters", (int)sizeof line - 2);
+    const char *p = text, *end = text + len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        size_t n = nl ? (size_t)(nl - p) : (size_t)(end - p);
+        r->line++;
+        if (n >= sizeof line - 1) {
+            READ_ERR(r, "line longer than %d characters", (int)sizeof line - 2);
             return -1;
         }
-        memcpy(line, p, len);
-        line[len] = 0;
-        if (read_line(&r, line)) return -1;
+        if (memchr(p, 0, n)) {
+            READ_ERR(r, "a NUL byte: the file is not text");
+            return -1;
+        }
+        memcpy(line, p, n);
+        line[n] = 0;
+        if (read_line(r, line)) return -1;
         if (!nl) break;
         p = nl + 1;
     }
-    return close_rule(&r);
+    return close_rule(r);
+}
+
+int gvm_cfg_parse_bytes(struct gvm_config *cfg, const char *text, size_t len, const char *source,
+                        char *err, size_t errlen)
+{
+    struct reader r;
+    reader_init(&r, cfg, source, err, errlen);
+    return read_lines(&r, text, len);
+}
+
+int gvm_config_parse_text(struct gvm_config *cfg, const char *text, const char *source,
+                          char *err, size_t errlen)
+{
+    return gvm_cfg_parse_bytes(cfg, text, strlen(text), source, err, errlen);
+}
+
+static const char *file_kind(mode_t mode)
+{
+    if (S_ISDIR(mode)) return "a directory";
+    if (S_ISCHR(mode)) return "a character device";
+    if (S_ISBLK(mode)) return "a block device";
+    if (S_ISFIFO(mode)) return "a FIFO";
+    if (S_ISSOCK(mode)) return "a socket";
+    return "not a plain file";
+}
+
+/* The whole file, at most GVM_CFG_FILE_MAX bytes, into a new buffer
+ * (*len bytes, NUL-terminated); NULL with the error in err. Anything but a
+ * regular file is refused before a byte is read: a device or a FIFO would
+ * stall the program's start or never end. */
+static char *slurp(const char *path, const char *label, size_t *len, char *err, size_t errlen)
+{
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer. */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
+    if (fd < 0) {
+        gvm_cfg_bprintf(err, errlen, "%s: cannot open: %s", label, strerror(errno));
+        return NULL;
+    }
+    struct stat st;
+    char *text = NULL;
+    size_t n = 0;
+    if (fstat(fd, &st)) {
+        gvm_cfg_bprintf(err, errlen, "%s: cannot read: %s", label, strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        gvm_cfg_bprintf(err, errlen, "%s: not a regular file (%s)", label, file_kind(st.st_mode));
+        goto out;
+    }
+    if ((uint64_t)st.st_size > GVM_CFG_FILE_MAX) goto too_big;
+    /* One byte more than allowed: a file that grew is caught too. */
+    text = malloc(GVM_CFG_FILE_MAX + 2);
+    if (!text) {
+        gvm_cfg_bprintf(err, errlen, "%s: cannot read: %s", label, strerror(ENOMEM));
+        goto out;
+    }
+    while (n <= GVM_CFG_FILE_MAX) {
+        ssize_t got = read(fd, text + n, GVM_CFG_FILE_MAX + 1 - n);
+        if (got < 0 && errno == EINTR) continue;
+        if (got < 0) {
+            gvm_cfg_bprintf(err, errlen, "%s: cannot read: %s", label, strerror(errno));
+            goto fail;
+        }
+        if (got == 0) break;
+        n += (size_t)got;
+    }
+    if (n > GVM_CFG_FILE_MAX) goto too_big;
+    text[n] = 0;
+    *len = n;
+    goto out;
+too_big:
+    gvm_cfg_bprintf(err, errlen, "%s: larger than %zu MiB: not a configuration file",
+                    label, GVM_CFG_FILE_MAX >> 20);
+fail:
+    free(text);
+    text = NULL;
+out:
+    close(fd);
+    return text;
 }
 
 /* label: how the file is named in an open error ("GVM_CONFIG=x" or "x"). */
 int gvm_cfg_read_file(struct gvm_config *cfg, const char *path, const char *label, char *err,
                      size_t errlen)
 {
-    FILE *f = fopen(path, "re");
-    if (!f) {
-        gvm_cfg_bprintf(err, errlen, "%s: cannot open: %s", label, strerror(errno));
-        return -1;
-    }
-    struct reader r;
-    reader_init(&r, cfg, path, err, errlen);
-    char line[GVM_CFG_LINE_MAX];
-    int rc = 0;
-    while (fgets(line, sizeof line, f)) {
-        r.line++;
-        size_t len = strlen(line);
-        if (len == sizeof line - 1 && line[len - 1] != '\n' && !feof(f)) {
-            READ_ERR(&r, "line longer than %d characters", (int)sizeof line - 2);
-            rc = -1;
-            break;
-        }
-        if (read_line(&r, line)) {
-            rc = -1;
-            break;
-        }
-    }
-    if (!rc && ferror(f)) {
-        gvm_cfg_bprintf(err, errlen, "%s: cannot read: %s", label, strerror(errno));
-        rc = -1;
-    }
-    fclose(f);
-    if (!rc) rc = close_rule(&r);
+    size_t len;
+    char *text = slurp(path, label, &len, err, errlen);
+    if (!text) return -1;
+    int rc = gvm_cfg_parse_bytes(cfg, text, len, path, err, errlen);
+    free(text);
     if (!rc) snprintf(cfg->file, sizeof cfg->file, "%s", path);
     return rc;
 }

@@ -54,7 +54,18 @@ int gvm_cfg_set_option(struct gvm_config *cfg, int id, const char *text, char *w
 /* The longest line of a config file, and of the dump. */
 #define GVM_CFG_LINE_MAX (GVM_CFG_PATH_MAX + 256)
 
-/* label: how the file is named in an open error ("GVM_CONFIG=x" or "x"). */
+/* The largest config file read: anything larger is not a configuration
+ * (and reading it would hold up the program's start). */
+#define GVM_CFG_FILE_MAX ((size_t)1 << 20)
+
+/* gvm_config_parse_text for text of len bytes, which may hold NUL bytes:
+ * such a line is refused, with its number. */
+int gvm_cfg_parse_bytes(struct gvm_config *cfg, const char *text, size_t len, const char *source,
+                        char *err, size_t errlen);
+
+/* Reads and applies a config file: a regular file of at most
+ * GVM_CFG_FILE_MAX bytes. label: how the file is named in an open error
+ * ("GVM_CONFIG=x" or "x"). */
 int gvm_cfg_read_file(struct gvm_config *cfg, const char *path, const char *label, char *err,
                       size_t errlen);
 

@@ -101,6 +101,9 @@ void gvm_config_dump_lines(const struct gvm_config *cfg,
     snprintf(line, sizeof line, "# effective configuration (config file: %s)",
              cfg->file[0] ? cfg->file : "none");
     emit(line, arg);
+    if (cfg->env_ignored)
+        emit("# GVM_* environment ignored: the process is privileged (setuid, setgid or "
+             "capabilities)", arg);
     for (int i = 0; i < GVM_OPT_COUNT; i++) {
         const struct gvm_option_info *o = &gvm_options[i];
         const struct gvm_cfg_type *t = gvm_cfg_type_of(i);

@@ -632,7 +632,7 @@ static void test_file_sources(void)
     /* missing, unreadable */
     ENV_ERR("GVM_CONFIG", "/nonexistent/gvm.conf",
             "GVM_CONFIG=/nonexistent/gvm.conf: cannot open: No such file or directory");
-    ENV_ERR("GVM_CONFIG", "/", "GVM_CONFIG=/: cannot read: Is a directory");
+    ENV_ERR("GVM_CONFIG", "/", "GVM_CONFIG=/: not a regular file (a directory)");
     /* empty GVM_CONFIG: no file */
     ENV_OK("GVM_CONFIG", "");
     CHECK_STR(cfg.file, "");
