@@ -13,6 +13,7 @@
 #include "policy/config.h"
 #include "policy/place.h"
 #include "policy/settings.h"
+#include "preload/outfile.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -85,13 +86,11 @@ bool gvm_shim_driver(void)
     return st > 0;
 }
 
-static void expand_pid(const char *in, char *out, size_t len);
-
 static void start_trace(void)
 {
     if (!gvm_cfg.trace[0]) return;
     char path[GVM_CFG_PATH_MAX + 32];
-    expand_pid(gvm_cfg.trace, path, sizeof path);
+    gvm_outfile_name(gvm_cfg.trace, path, sizeof path);
     if (gvm_trace_start(path, gvm_cfg.trace_max, gvm_topo.ndev))
         gvm_warn("cannot write the trace to %s: %s", path, strerror(errno));
 }
@@ -159,22 +158,6 @@ __attribute__((constructor)) static void gvm_shim_configure(void)
     if (gvm_log_level >= GVM_LOG_DEBUG) gvm_config_dump_lines(&gvm_cfg, log_line, NULL);
 }
 
-/* "%p" in a path becomes the process id, so processes of one job write
- * their own files. */
-static void expand_pid(const char *in, char *out, size_t len)
-{
-    size_t o = 0;
-    for (; *in && o + 24 < len; in++) {
-        if (in[0] == '%' && in[1] == 'p') {
-            o += (size_t)snprintf(out + o, len - o, "%ld", (long)getpid());
-            in++;
-        } else {
-            out[o++] = *in;
-        }
-    }
-    out[o] = 0;
-}
-
 __attribute__((destructor)) static void gvm_shim_report(void)
 {
     gvm_trace_stop();
@@ -187,10 +170,11 @@ __attribute__((destructor)) static void gvm_shim_report(void)
         return;
     }
     char path[GVM_CFG_PATH_MAX + 32];
-    expand_pid(gvm_cfg.stats, path, sizeof path);
-    FILE *f = fopen(path, "w");
+    int fd = gvm_outfile_open(gvm_cfg.stats, path, sizeof path);
+    FILE *f = fd >= 0 ? fdopen(fd, "w") : NULL;
     if (!f) {
-        gvm_warn("cannot write stats to %s", path);
+        gvm_warn("cannot write stats to %s: %s", path, gvm_outfile_why(errno));
+        if (fd >= 0) close(fd);
         return;
     }
     gvm_stats_write(f, 1, ndev);

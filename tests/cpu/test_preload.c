@@ -449,6 +449,35 @@ static void stats_json_is_written_at_exit(void)
     CHECK(strstr(text, "\"passthrough_calls\""));
 }
 
+/* The real library at exit: a symlink planted at the stats path is
+ * neither followed nor clobbered, and the warning says why. */
+static void stats_file_never_follows_a_symlink(void)
+{
+    char victim[64], link[64], env[96], out[16384];
+    snprintf(victim, sizeof victim, "/tmp/gvmshim-test-victim-%d", (int)getpid());
+    snprintf(link, sizeof link, "/tmp/gvmshim-test-link-%d.json", (int)getpid());
+    FILE *f = fopen(victim, "w");
+    CHECK(f != NULL);
+    fputs("precious", f);
+    fclose(f);
+    unlink(link);
+    CHECK(symlink(victim, link) == 0);
+    snprintf(env, sizeof env, "GVM_STATS=%s", link);
+    int rc = run_self("workload", env, NULL, out, sizeof out);
+    char text[64] = "";
+    f = fopen(victim, "r");
+    CHECK(f != NULL);
+    size_t n = fread(text, 1, sizeof text - 1, f);
+    text[n] = 0;
+    fclose(f);
+    unlink(link);
+    unlink(victim);
+    CHECK_EQ(rc, 0);
+    CHECK(!strcmp(text, "precious"));
+    CHECK(strstr(out, "cannot write stats to"));
+    CHECK(strstr(out, "symbolic link"));
+}
+
 static void stats_text_goes_to_stderr(void)
 {
     char out[16384];
@@ -490,6 +519,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(copies_during_migrations_lose_nothing)
     TEST_ENTRY(launches_are_scanned_when_spilling)
     TEST_ENTRY(stats_json_is_written_at_exit)
+    TEST_ENTRY(stats_file_never_follows_a_symlink)
     TEST_ENTRY(stats_text_goes_to_stderr)
     TEST_ENTRY(disable_makes_a_pure_pass_through)
     TEST_ENTRY(bad_configuration_stops_the_program)
