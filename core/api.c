@@ -7,7 +7,7 @@
 #include "core/export.h"
 #include "core/heap.h"
 #include "core/log.h"
-#include "core/move.h"
+#include "core/relocate.h"
 #include "core/slab.h"
 #include "core/topo.h"
 #include "core/vamap.h"
@@ -65,13 +65,11 @@ GVM_EXPORT gvm_status gvm_migrate(const void *ptr, int location)
     }
     struct gvm_region *r = ref.region;
     st = check_location(r, location);
-    if (!st && (r->flags & GVM_RF_PAUSED)) st = GVM_ERR_BUSY;
     if (!st) {
-        gvm_move_enter(r);
-        CUresult rc = gvm_move_blocks(r, location);
-        gvm_move_leave(r);
-        st = from_cu(rc);
-        if (!st) GVM_STORE(r->home, location);   /* the policy must not undo an explicit move */
+        CUresult rc = gvm_relocate_locked(r, location, GVM_RELOC_EXPLICIT);
+        st = rc == CUDA_ERROR_NOT_PERMITTED ? GVM_ERR_BUSY   /* paused */
+             : rc == CUDA_ERROR_NOT_FOUND   ? GVM_ERR_UNKNOWN_POINTER
+                                            : from_cu(rc);
     }
     pthread_mutex_unlock(&r->op);
     return st;

@@ -1,9 +1,12 @@
 #include "core/core.h"
 
 #include "core/decoy.h"
+#include "core/held.h"
 #include "core/log.h"
 #include "core/phys.h"
 #include "core/topo.h"
+
+#include <stdint.h>
 
 struct gvm_settings gvm_settings;
 static int core_state;   /* 0 not started, 1 serving, -1 off */
@@ -19,6 +22,7 @@ void gvm_settings_defaults(struct gvm_settings *s)
     }
     s->host_pool = (size_t)4 << 30;
     s->host_access = GVM_HOST_ACCESS_LAZY;
+    for (int i = 0; i < GVM_LOC_SLOTS; i++) s->hold_limit[i] = SIZE_MAX;
 }
 
 CUresult gvm_core_probe(void)
@@ -36,6 +40,8 @@ CUresult gvm_core_start(const struct gvm_settings *s)
     if (gvm_settings.block_size < gvm_topo.gran) gvm_settings.block_size = gvm_topo.gran;
     for (int d = 0; d < gvm_topo.ndev; d++) gvm_phys_set_limit(d, gvm_settings.pool_limit[d]);
     gvm_phys_set_limit(GVM_LOC_HOST, gvm_settings.host_pool);
+    for (int d = 0; d < gvm_topo.ndev; d++) gvm_held_set_cap(d, gvm_settings.hold_limit[d]);
+    gvm_held_set_cap(GVM_LOC_HOST, gvm_settings.hold_limit[gvm_loc_slot(GVM_LOC_HOST)]);
     if (gvm_settings.host_access == GVM_HOST_ACCESS_LAZY && gvm_hostaccess_install())
         gvm_warn("cannot install the fault handler for lazy host access; granting it eagerly");
     __atomic_store_n(&core_state, 1, __ATOMIC_RELEASE);

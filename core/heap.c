@@ -2,8 +2,10 @@
 
 #include "core/capture.h"
 #include "core/driver.h"
+#include "core/ids.h"
+#include "core/live.h"
 #include "core/log.h"
-#include "core/move.h"
+#include "core/ring.h"
 #include "core/settings.h"
 #include "core/slab.h"
 #include "core/topo.h"
@@ -19,54 +21,12 @@ struct cache {
     size_t bytes;
 };
 
+/* Guards the caches. */
 static pthread_mutex_t heap_mutex = PTHREAD_MUTEX_INITIALIZER;
-static struct gvm_region live = {.lru_prev = &live, .lru_next = &live};
 static struct cache caches[GVM_MAX_DEVICES];
 
-void gvm_heap_lock(void) { pthread_mutex_lock(&heap_mutex); }
-void gvm_heap_unlock(void) { pthread_mutex_unlock(&heap_mutex); }
-
-static void ring_insert_tail(struct gvm_region *head, struct gvm_region *r)
-{
-    if (!head->lru_next) head->lru_next = head->lru_prev = head;
-    r->lru_prev = head->lru_prev;
-    r->lru_next = head;
-    head->lru_prev->lru_next = r;
-    head->lru_prev = r;
-}
-
-static void ring_remove(struct gvm_region *r)
-{
-    if (!r->lru_next) return;
-    r->lru_prev->lru_next = r->lru_next;
-    r->lru_next->lru_prev = r->lru_prev;
-    r->lru_next = r->lru_prev = NULL;
-}
-
-void gvm_heap_track(struct gvm_region *r)
-{
-    gvm_heap_lock();
-    ring_insert_tail(&live, r);
-    gvm_heap_unlock();
-}
-
-void gvm_heap_untrack(struct gvm_region *r)
-{
-    gvm_heap_lock();
-    ring_remove(r);
-    gvm_heap_unlock();
-}
-
-void gvm_heap_for_each(void (*fn)(struct gvm_region *r, void *arg), void *arg)
-{
-    gvm_heap_lock();
-    for (struct gvm_region *r = live.lru_next; r != &live;) {
-        struct gvm_region *next = r->lru_next;
-        fn(r, arg);
-        r = next;
-    }
-    gvm_heap_unlock();
-}
+static void gvm_heap_lock(void) { pthread_mutex_lock(&heap_mutex); }
+static void gvm_heap_unlock(void) { pthread_mutex_unlock(&heap_mutex); }
 
 static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
@@ -104,7 +64,7 @@ static struct gvm_region *cache_take(int device, size_t mapped)
     if (r) {
         *pp = r->next;
         r->next = NULL;
-        ring_remove(r);
+        gvm_ring_remove(r);
         c->bytes -= r->mapped;
     }
     gvm_heap_unlock();
@@ -121,7 +81,7 @@ static void cache_unlink(struct cache *c, struct gvm_region *r)
     while (*pp != r) pp = &(*pp)->next;
     *pp = r->next;
     r->next = NULL;
-    ring_remove(r);
+    gvm_ring_remove(r);
     c->bytes -= r->mapped;
 }
 
@@ -218,7 +178,7 @@ static void cache_insert(struct cache *c, struct gvm_region *r)
     unsigned b = bucket_of(r->mapped);
     r->next = c->bucket[b];
     c->bucket[b] = r;
-    ring_insert_tail(&c->fifo, r);
+    gvm_ring_insert_tail(&c->fifo, r);
     c->bytes += r->mapped;
 }
 
@@ -260,7 +220,7 @@ static CUresult new_region(size_t rounded, int device, CUcontext ctx, const stru
     }
     r->kind = GVM_REGION_LARGE;
     r->device = device;
-    r->home = pl->loc;
+    r->home = pl->spill ? device : pl->loc;
     r->ctx = ctx;
     if (pl->interleave)
         rc = gvm_region_grow_striped(r, rounded, pl->interleave);
@@ -298,9 +258,13 @@ static CUresult alloc_large(size_t size, int device, CUcontext ctx, const struct
     GVM_STORE(r->flags, 0u);
     r->buffer_id = gvm_next_buffer_id();
     r->last_use = gvm_clock_tick();   /* a new allocation is about to be used */
-    GVM_STORE(r->spilled_at, 0);
+    GVM_STORE(r->spilled_at, pl->spill ? gvm_clock_tick() : 0);
+    if (pl->spill) {
+        gvm_stat_inc(spills);
+        gvm_stat_add(spilled_bytes, rounded);
+    }
     __atomic_store_n(&r->state, GVM_REGION_LIVE, __ATOMIC_RELEASE);
-    gvm_heap_track(r);
+    gvm_live_add(r);
     *out = r->base;
     return CUDA_SUCCESS;
 }
@@ -410,7 +374,7 @@ static CUresult free_large(struct gvm_region *r, uintptr_t p)
     if (cacheable) {
         /* Kept mapped and not reused before the device settles. */
         r->freed_at = gvm_topo_epoch(r->device);
-        gvm_heap_untrack(r);
+        gvm_live_remove(r);
         gvm_stats_live(r->device, -(int64_t)r->size);
         if (cache_put(r)) return CUDA_SUCCESS;
         __atomic_store_n(&r->state, GVM_REGION_FREE, __ATOMIC_RELEASE);
@@ -426,7 +390,7 @@ static CUresult free_large(struct gvm_region *r, uintptr_t p)
     CUresult rc = wait_for_users(r);
     bool capturing = rc == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (rc != CUDA_SUCCESS && !capturing) return rc;
-    gvm_heap_untrack(r);
+    gvm_live_remove(r);
     gvm_stats_live(r->device, -(int64_t)r->size);
     if (r->aliases) {
         /* Its memory lives on behind the aliases; the last unalias frees it. */

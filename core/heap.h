@@ -22,6 +22,8 @@ struct gvm_ref {
 struct gvm_place {
     int loc;                     /* device ordinal or GVM_LOC_HOST */
     uint64_t interleave;         /* nonzero: stripe 2 MiB pieces over these devices */
+    bool spill;                  /* loc only for lack of room: it belongs on its device (its
+                                    home), is counted as a spill and promoted when room returns */
 };
 
 /* Serves size bytes for the program on `device` (its current context ctx),
@@ -60,18 +62,5 @@ size_t gvm_heap_trim(int loc);
 
 /* Bytes of a large allocation's address headroom for `rounded` bytes. */
 size_t gvm_heap_headroom(size_t rounded);
-
-/* Iterates over live large regions and chunks (for the policy's LRU and
- * for pause); the callback runs with the heap lock held and must not call
- * back into the heap. */
-void gvm_heap_for_each(void (*fn)(struct gvm_region *r, void *arg), void *arg);
-
-/* The heap's region list lock, for callers that walk it themselves. */
-void gvm_heap_lock(void);
-void gvm_heap_unlock(void);
-
-/* Registers a live region in the list that for_each walks (and removes). */
-void gvm_heap_track(struct gvm_region *r);
-void gvm_heap_untrack(struct gvm_region *r);
 
 #endif

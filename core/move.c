@@ -3,6 +3,7 @@
 #include "core/capture.h"
 #include "core/driver.h"
 #include "core/heap.h"
+#include "core/ids.h"
 #include "core/log.h"
 #include "core/settings.h"
 #include "core/slab.h"
@@ -14,8 +15,6 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <time.h>
-
-uint64_t gvm_clock;
 
 struct gvm_region *gvm_use_begin(uintptr_t p)
 {

@@ -11,14 +11,10 @@
 #ifndef GVM_MOVE_H
 #define GVM_MOVE_H
 
+#include "core/ids.h"
 #include "core/region.h"
 
 #include <stdint.h>
-
-extern uint64_t gvm_clock;
-
-/* A tick of the use clock: ordering for least-recently-used decisions. */
-static inline uint64_t gvm_clock_tick(void) { return __atomic_add_fetch(&gvm_clock, 1, __ATOMIC_RELAXED); }
 
 /* The region whose address range holds p, announced as in use (waits while
  * it moves); NULL when p is not gvmshim's. Pair with gvm_use_end. */

@@ -1,6 +1,7 @@
 #include "core/phys.h"
 
 #include "core/driver.h"
+#include "core/held.h"
 #include "core/log.h"
 #include "core/topo.h"
 
@@ -37,12 +38,14 @@ static void fill_prop(int loc, CUmemAllocationProp *p)
 
 CUresult gvm_phys_create(int loc, size_t size, struct gvm_phys **out)
 {
+    /* Reserved before the driver is asked, so no thread can pass the cap. */
+    if (!gvm_held_reserve(loc, size)) return CUDA_ERROR_OUT_OF_MEMORY;
     struct gvm_phys *p = calloc(1, sizeof *p);
-    if (!p) return CUDA_ERROR_OUT_OF_MEMORY;
     CUmemAllocationProp prop;
     fill_prop(loc, &prop);
-    CUresult rc = DRV(cuMemCreate, &p->handle, size, &prop, 0);
+    CUresult rc = p ? DRV(cuMemCreate, &p->handle, size, &prop, 0) : CUDA_ERROR_OUT_OF_MEMORY;
     if (rc != CUDA_SUCCESS) {
+        gvm_held_release(loc, size);
         free(p);
         return rc;
     }
@@ -81,7 +84,10 @@ void gvm_phys_destroy(struct gvm_phys *p)
     }
     CUresult rc = DRV(cuMemRelease, p->handle);
     if (rc != CUDA_SUCCESS) rc = DRV(cuMemRelease, p->handle);   /* a passing fault */
-    if (rc != CUDA_SUCCESS) gvm_warn("cuMemRelease failed (%d): %zu bytes may leak", rc, p->size);
+    if (rc == CUDA_SUCCESS)
+        gvm_held_release(p->loc, p->size);
+    else   /* still the process's memory: it stays counted */
+        gvm_warn("cuMemRelease failed (%d): %zu bytes may leak", rc, p->size);
     free(p);
 }
 

@@ -8,14 +8,12 @@
 #ifndef GVM_REGION_H
 #define GVM_REGION_H
 
+#include "core/location.h"
 #include "core/phys.h"
 
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
-
-#define GVM_LOC_MIXED (-2)
-#define GVM_LOC_NONE (-3)
 
 struct gvm_slab;
 
@@ -53,7 +51,7 @@ struct gvm_region {
     int moving;                  /* a migration is remapping it */
     pthread_mutex_t op;          /* serializes operations on this region */
     uint64_t buffer_id;
-    uint64_t last_use;           /* gvm_clock_now() at the last use seen */
+    uint64_t last_use;           /* gvm_clock_tick() at the last use seen */
     int tag;                     /* policy tag id, 0 = none */
     int alias_slot;              /* on an alias of a chunk: the slot it was made for */
     unsigned flags;

@@ -17,6 +17,7 @@ struct gvm_settings {
     size_t pool_limit[GVM_MAX_DEVICES];     /* ready pieces kept per device */
     size_t host_pool;                       /* ready pinned host pieces */
     int host_access;                        /* enum gvm_host_access */
+    size_t hold_limit[GVM_LOC_SLOTS];       /* most physical bytes held, by location slot; SIZE_MAX: none */
 };
 
 extern struct gvm_settings gvm_settings;

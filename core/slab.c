@@ -1,9 +1,9 @@
 #include "core/slab.h"
 
 #include "core/driver.h"
-#include "core/heap.h"
+#include "core/ids.h"
+#include "core/live.h"
 #include "core/log.h"
-#include "core/move.h"
 #include "core/settings.h"
 #include "core/topo.h"
 
@@ -28,9 +28,6 @@ static struct pending pending[GVM_MAX_DEVICES];
 static void flush_locked(int device);
 static struct gvm_slab *lists[GVM_MAX_DEVICES][NCLASSES];
 static size_t idle_bytes[GVM_MAX_DEVICES];
-static uint64_t buffer_ids;
-
-uint64_t gvm_next_buffer_id(void) { return __atomic_add_fetch(&buffer_ids, 1, __ATOMIC_RELAXED); }
 
 /* 256, then 512 * 2^k and 768 * 2^k: multiples of cudaMalloc's 256-byte
  * alignment, and at most a third of a slot is wasted. */
@@ -97,7 +94,7 @@ static CUresult slab_new(int device, int cidx, int tag, CUcontext ctx, struct gv
     if (gvm_region_publish(r)) { rc = CUDA_ERROR_OUT_OF_MEMORY; goto unmap; }
     __atomic_store_n(&r->state, GVM_REGION_LIVE, __ATOMIC_RELEASE);
     r->last_use = gvm_clock_tick();
-    gvm_heap_track(r);   /* chunks move, spill and pause like any region */
+    gvm_live_add(r);   /* chunks move, spill and pause like any region */
     s->chunk = r;
     s->device = device;
     s->cidx = cidx;
@@ -265,7 +262,7 @@ static void maybe_drop_chunk(struct gvm_slab *s)
     list_remove(s);
     idle_bytes[s->device] -= s->chunk->mapped;
     struct gvm_region *r = s->chunk;
-    gvm_heap_untrack(r);
+    gvm_live_remove(r);
     gvm_region_unpublish(r);
     gvm_region_destroy(r);
     gvm_region_recycle(r);
@@ -323,7 +320,7 @@ size_t gvm_slab_trim(int device)
                 freed += s->chunk->mapped;
                 list_remove(s);
                 idle_bytes[device] -= s->chunk->mapped;
-                gvm_heap_untrack(s->chunk);
+                gvm_live_remove(s->chunk);
                 gvm_region_unpublish(s->chunk);
                 gvm_region_destroy(s->chunk);
                 gvm_region_recycle(s->chunk);

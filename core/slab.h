@@ -50,6 +50,4 @@ size_t gvm_slab_trim(int device);
 /* New buffer ids for every slot of a chunk (after its memory moved). */
 void gvm_slab_renew_ids(struct gvm_region *r);
 
-uint64_t gvm_next_buffer_id(void);
-
 #endif

@@ -1,6 +1,9 @@
 #include "core/stats.h"
 
+#include "core/held.h"
+
 #include <inttypes.h>
+#include <stdint.h>
 
 struct gvm_stats gvm_stats;
 
@@ -56,7 +59,43 @@ static void write_calls(FILE *out, const char *name, const uint64_t *calls, int 
     fprintf(out, json ? "}" : "\n");
 }
 
-void gvm_stats_write(FILE *out, int json, int ndev)
+typedef size_t (*per_location)(int loc);
+
+/* One figure per device and host; SIZE_MAX prints as none (null). */
+static void write_held(FILE *out, const char *name, per_location f, int n, int json)
+{
+    if (json)
+        fprintf(out, "  \"%s\": {", name);
+    else
+        fprintf(out, "gvmshim: stats: %-20s", name);
+    for (int i = 0; i <= n; i++) {
+        int loc = i < n ? i : GVM_LOC_HOST;
+        size_t v = f(loc);
+        char key[16];
+        snprintf(key, sizeof key, i < n ? (json ? "%d" : "dev%d") : "host", i);
+        if (json && v == SIZE_MAX)
+            fprintf(out, "%s\"%s\": null", i ? ", " : "", key);
+        else if (json)
+            fprintf(out, "%s\"%s\": %zu", i ? ", " : "", key, v);
+        else if (v == SIZE_MAX)
+            fprintf(out, " %s=none", key);
+        else
+            fprintf(out, " %s=%zu", key, v);
+    }
+    fprintf(out, json ? "},\n" : "\n");
+}
+
+/* What the device's own count says the process uses, beside what
+ * gvmshim holds: the rest is memory gvmshim does not control. */
+static void write_outside(FILE *out, const int64_t *used, int ndev, int json)
+{
+    int64_t outside[GVM_MAX_DEVICES];
+    for (int d = 0; d < ndev; d++) outside[d] = used[d] < 0 ? -1 : used[d] - (int64_t)gvm_held_bytes(d);
+    write_device_array(out, "nvml_used_bytes", used, ndev, json);
+    write_device_array(out, "outside_bytes", outside, ndev, json);
+}
+
+void gvm_stats_write(FILE *out, int json, int ndev, const int64_t *device_used)
 {
     if (ndev < 1) ndev = 1;
     if (ndev > GVM_MAX_DEVICES) ndev = GVM_MAX_DEVICES;
@@ -87,6 +126,10 @@ void gvm_stats_write(FILE *out, int json, int ndev)
             fprintf(out, " dev%d=%" PRId64, d, loadi(&gvm_stats.resident[d]));
         fprintf(out, " host=%" PRId64 "\n", loadi(&gvm_stats.resident[GVM_MAX_DEVICES]));
     }
+    write_held(out, "held_bytes", gvm_held_bytes, ndev, json);
+    write_held(out, "held_peak", gvm_held_peak, ndev, json);
+    write_held(out, "limit", gvm_held_cap, ndev, json);
+    if (device_used) write_outside(out, device_used, ndev, json);
     write_calls(out, "driver_calls", gvm_stats.calls, json);
     if (json) fprintf(out, ",\n");
     write_calls(out, "gvmshim_driver_calls", gvm_stats.core_calls, json);

@@ -4,13 +4,10 @@
 #define GVM_STATS_H
 
 #include "core/driver.h"
+#include "core/location.h"
 
 #include <stdint.h>
 #include <stdio.h>
-
-#define GVM_MAX_DEVICES 64
-#define GVM_LOC_HOST (-1)
-#define GVM_LOC_SLOTS (GVM_MAX_DEVICES + 1) /* devices, then host */
 
 /* Scalar counters: X(name, "what it counts"). */
 #define GVM_STAT_COUNTERS(X)                                                   \
@@ -53,12 +50,13 @@ extern struct gvm_stats gvm_stats;
 #define gvm_stat_add(field, n) __atomic_fetch_add(&gvm_stats.field, (n), __ATOMIC_RELAXED)
 #define gvm_stat_inc(field) gvm_stat_add(field, 1)
 
-static inline int gvm_loc_slot(int loc) { return loc < 0 ? GVM_MAX_DEVICES : loc; }
-
 void gvm_stats_live(int device, int64_t delta);
 void gvm_stats_resident(int loc, int64_t delta);
 
-/* Writes the summary: as JSON when json != 0, else as text lines. */
-void gvm_stats_write(FILE *out, int json, int ndevices);
+/* Writes the summary: as JSON when json != 0, else as text lines.
+ * device_used, when not NULL, is each device's memory in use by the
+ * process as the device reports it (-1: unknown), written with the part
+ * of it gvmshim does not hold. */
+void gvm_stats_write(FILE *out, int json, int ndevices, const int64_t *device_used);
 
 #endif

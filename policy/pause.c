@@ -1,17 +1,18 @@
 /* gvm_pause / gvm_resume: release a tag's device memory with every pointer
  * kept reserved (parity with torch_memory_saver and vLLM sleep mode, for
  * programs that were not written against them). Keeping a copy moves the
- * memory to host, where it stays readable; discarding unmaps it. */
+ * memory to host, where it stays readable; discarding releases it. The
+ * mechanics are core's (core/relocate.h); this file chooses the regions. */
 #include "gvmshim.h"
 
 #include "core/capture.h"
 #include "core/core.h"
-#include "core/driver.h"
 #include "core/export.h"
-#include "core/log.h"
-#include "core/move.h"
+#include "core/heap.h"
+#include "core/live.h"
+#include "core/relocate.h"
 #include "core/topo.h"
-#include "policy/spill.h"
+#include "policy/tags.h"
 
 #include <stdlib.h>
 
@@ -38,72 +39,6 @@ static void pick(struct gvm_region *r, void *arg)
     l->r[l->n++] = r;
 }
 
-static CUresult discard(struct gvm_region *r)
-{
-    for (int i = 0; i < r->nblocks; i++) {
-        struct gvm_phys *old = NULL;
-        if (!r->blocks[i].phys) continue;
-        CUresult rc = gvm_region_unmap_block(r, i, &old);
-        if (rc != CUDA_SUCCESS) return rc;
-        gvm_phys_destroy(old);
-    }
-    return CUDA_SUCCESS;
-}
-
-static CUresult pause_one(struct gvm_region *r, int flags)
-{
-    int where = gvm_region_location(r);
-    CUresult rc;
-    gvm_move_enter(r);
-    if (flags & GVM_PAUSE_DISCARD) {
-        rc = gvm_topo_quiesce();
-        if (rc == CUDA_SUCCESS) rc = discard(r);
-        if (rc == CUDA_SUCCESS) r->flags |= GVM_RF_DISCARDED;
-    } else {
-        rc = gvm_move_blocks(r, GVM_LOC_HOST);
-    }
-    gvm_move_leave(r);
-    if (rc == CUDA_SUCCESS) {
-        GVM_STORE(r->flags, r->flags | GVM_RF_PAUSED);
-        r->paused_loc = where >= 0 ? where : r->home;
-        gvm_stat_inc(pauses);
-    }
-    return rc;
-}
-
-/* Fresh zeroed memory for the blocks a discarding pause unmapped. */
-static CUresult refill(struct gvm_region *r, int dev)
-{
-    for (int i = 0; i < r->nblocks; i++) {
-        if (r->blocks[i].phys) continue;
-        struct gvm_phys *p = NULL;
-        CUresult rc = gvm_phys_get(dev, r->blocks[i].size, false, &p);
-        if (rc == CUDA_SUCCESS) rc = gvm_region_map_block(r, i, p);
-        if (rc != CUDA_SUCCESS) {
-            if (p && !r->blocks[i].phys) gvm_phys_put(p);
-            return rc;
-        }
-    }
-    CUresult rc = gvm_topo_push(dev);
-    if (rc != CUDA_SUCCESS) return rc;
-    rc = DRV(cuMemsetD8_v2, (CUdeviceptr)r->base, 0, r->mapped);
-    gvm_topo_pop();
-    return rc;
-}
-
-static CUresult resume_one(struct gvm_region *r)
-{
-    int dev = r->paused_loc >= 0 ? r->paused_loc : r->device;
-    gvm_move_enter(r);
-    CUresult rc = (r->flags & GVM_RF_DISCARDED) ? refill(r, dev) : gvm_move_blocks(r, dev);
-    gvm_move_leave(r);
-    if (rc == CUDA_SUCCESS) {
-        GVM_STORE(r->flags, r->flags & ~(unsigned)(GVM_RF_PAUSED | GVM_RF_DISCARDED));
-        gvm_stat_inc(resumes);
-    }
-    return rc;
-}
-
 static gvm_status run(const char *tag, bool resume, int flags)
 {
     if (!gvm_core_active()) return GVM_ERR_INACTIVE;
@@ -114,14 +49,13 @@ static gvm_status run(const char *tag, bool resume, int flags)
         l.tag = gvm_tag_id(tag, false);
         if (l.tag <= 0) return GVM_OK;   /* nothing was ever tagged so */
     }
-    gvm_heap_for_each(pick, &l);
+    gvm_live_for_each(pick, &l);
+    unsigned how = resume ? GVM_RELOC_RESUME : GVM_RELOC_PAUSE;
+    int loc = !resume && !(flags & GVM_PAUSE_DISCARD) ? GVM_LOC_HOST : GVM_LOC_NONE;
     CUresult rc = CUDA_SUCCESS;
     for (size_t i = 0; i < l.n && rc == CUDA_SUCCESS; i++) {
-        struct gvm_region *r = l.r[i];
-        pthread_mutex_lock(&r->op);
-        if (r->state == GVM_REGION_LIVE && ((r->flags & GVM_RF_PAUSED) != 0) == resume)
-            rc = resume ? resume_one(r) : pause_one(r, flags);
-        pthread_mutex_unlock(&r->op);
+        rc = gvm_relocate(l.r[i], loc, how);
+        if (gvm_relocate_refused(rc)) rc = CUDA_SUCCESS;   /* freed, or paused/resumed meanwhile */
     }
     free(l.r);
     /* What the moves freed went to the pools: give it back to the driver. */

@@ -3,68 +3,29 @@
 #include "policy/place.h"
 
 #include "core/heap.h"
+#include "core/held.h"
 #include "core/log.h"
-#include "core/move.h"
 #include "core/topo.h"
+#include "policy/policy.h"
+#include "policy/promote.h"
 #include "policy/spill.h"
+#include "policy/tags.h"
 
 #include <string.h>
-
-struct gvm_policy gvm_policy;
 
 CUresult gvm_policy_start(const struct gvm_config *cfg)
 {
     struct gvm_policy *p = &gvm_policy;
     p->cfg = cfg;
+    /* The limits are the caps core enforces (policy/settings.c). */
     for (int d = 0; d < gvm_topo.ndev; d++) {
-        size_t total = gvm_topo.dev[d].total;
-        size_t lim = gvm_cfg_device_value(&cfg->device_limit, d, total);
+        size_t total = gvm_topo.dev[d].total, lim = gvm_held_cap(d);
         p->limit[d] = lim < total ? lim : total;
         p->limited[d] = lim < total;
     }
-    p->host_limit = cfg->host_limit;
-    if (cfg->spill.n && cfg->promote) return gvm_promoter_start();
+    p->host_limit = gvm_held_cap(GVM_LOC_HOST);
+    if (cfg->spill.n && cfg->promote) gvm_promoter_start();
     return CUDA_SUCCESS;
-}
-
-/* Bytes the program's allocations occupy at loc, plus what gvmshim keeps
- * idle there (it occupies the device all the same). */
-size_t gvm_policy_usage(int loc)
-{
-    int64_t r = __atomic_load_n(&gvm_stats.resident[gvm_loc_slot(loc)], __ATOMIC_RELAXED);
-    size_t used = r > 0 ? (size_t)r : 0;
-    return loc >= 0 ? used + gvm_heap_idle_bytes(loc) : used;
-}
-
-size_t gvm_policy_limit(int loc)
-{
-    if (loc == GVM_LOC_HOST) return gvm_policy.host_limit;
-    return gvm_policy.limit[loc];
-}
-
-bool gvm_policy_fits(int loc, size_t bytes)
-{
-    size_t lim = gvm_policy_limit(loc);
-    if (lim == SIZE_MAX) return true;
-    size_t used = gvm_policy_usage(loc);
-    return used <= lim && bytes <= lim - used;
-}
-
-/* The peer of `device` with the most room under its limit, or -1. */
-int gvm_policy_best_peer(int device, size_t bytes)
-{
-    int best = -1;
-    size_t best_room = 0;
-    for (int d = 0; d < gvm_topo.ndev; d++) {
-        if (d == device || !gvm_topo.dev[d].vmm || !gvm_topo_reaches(device, d)) continue;
-        size_t lim = gvm_policy_limit(d), used = gvm_policy_usage(d);
-        size_t room = lim > used ? lim - used : 0;
-        if (room >= bytes && room > best_room) {
-            best = d;
-            best_room = room;
-        }
-    }
-    return best;
 }
 
 static struct gvm_place rule_place(size_t size, int device, int tag)
@@ -97,32 +58,17 @@ static struct gvm_place rule_place(size_t size, int device, int tag)
     return pl;
 }
 
-static size_t charge_of(size_t size)
-{
-    size_t g = gvm_topo.gran;
-    return (size + g - 1) / g * g;
-}
-
-static CUresult alloc_at(size_t size, int device, CUcontext ctx, struct gvm_place pl, int tag, uintptr_t *out)
-{
-    CUresult rc = gvm_heap_alloc(size, device, ctx, &pl, tag, out);
-    if (rc != CUDA_SUCCESS || pl.loc == device) return rc;
-    struct gvm_ref ref;
-    if (gvm_heap_find(*out, &ref)) GVM_STORE(ref.region->spilled_at, pl.loc != ref.region->home ? gvm_clock_tick() : 0);
-    return rc;
-}
-
 CUresult gvm_policy_alloc(size_t size, int device, CUcontext ctx, int tag, uintptr_t *out)
 {
     struct gvm_place pl = rule_place(size, device, tag);
     if (pl.interleave) return gvm_heap_alloc(size, device, ctx, &pl, tag, out);
-    size_t need = charge_of(size);
+    size_t need = gvm_policy_charge(size);
     bool limited = pl.loc != device || gvm_policy.limited[device] || gvm_policy.cfg->spill.n;
     if (!limited) return gvm_heap_alloc(size, device, ctx, &pl, tag, out);
     if (!gvm_policy_fits(pl.loc, need) && gvm_heap_trim(pl.loc) && gvm_policy_fits(pl.loc, need))
         gvm_debug("released idle memory on %d to fit %zu bytes", pl.loc, size);
     CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
-    if (gvm_policy_fits(pl.loc, need)) rc = alloc_at(size, device, ctx, pl, tag, out);
+    if (gvm_policy_fits(pl.loc, need)) rc = gvm_heap_alloc(size, device, ctx, &pl, tag, out);
     if (rc != CUDA_ERROR_OUT_OF_MEMORY || !gvm_policy.cfg->spill.n || pl.loc != device) return rc;
     return gvm_spill_alloc(size, device, ctx, tag, out);
 }
@@ -134,8 +80,8 @@ void gvm_policy_meminfo(int device, size_t *free_bytes, size_t *total_bytes)
     size_t idle = gvm_heap_idle_bytes(device);
     size_t f = *free_bytes + idle, t = *total_bytes;
     if (gvm_policy.limited[device]) {
-        size_t lim = gvm_policy.limit[device];
-        size_t used = gvm_policy_usage(device) - idle;
+        size_t lim = gvm_policy.limit[device], usage = gvm_policy_usage(device);
+        size_t used = usage > idle ? usage - idle : 0;
         t = lim < t ? lim : t;
         size_t room = lim > used ? lim - used : 0;
         if (room < f) f = room;

@@ -3,70 +3,17 @@
  * at most promote_rate bytes per second. A move waits for the program's
  * announced calls and launches on the region (core/move.h) and for queued
  * work, so the program stalls only for as long as the copy takes. */
-#include "policy/spill.h"
+#include "policy/promote.h"
 
 #include "core/capture.h"
 #include "core/log.h"
-#include "core/move.h"
+#include "core/relocate.h"
 #include "core/topo.h"
+#include "policy/policy.h"
+#include "policy/victims.h"
 
-#include <stdlib.h>
+#include <pthread.h>
 #include <time.h>
-
-struct cand {
-    struct gvm_region *r;
-    uint64_t last_use;
-};
-
-struct gather {
-    int device;
-    struct cand *c;
-    size_t n, cap;
-};
-
-static void gather_one(struct gvm_region *r, void *arg)
-{
-    struct gather *g = arg;
-    if (GVM_LOAD(r->state) != GVM_REGION_LIVE || r->kind == GVM_REGION_ALIAS) return;
-    uint64_t spilled = GVM_LOAD(r->spilled_at);
-    if (GVM_LOAD(r->home) != g->device || !spilled || (GVM_LOAD(r->flags) & GVM_RF_PAUSED)) return;
-    uint64_t last = GVM_LOAD(r->last_use);
-    if (last <= spilled) return;   /* not used since it left: leave it */
-    if (g->n == g->cap) {
-        size_t cap = g->cap ? g->cap * 2 : 32;
-        struct cand *nc = realloc(g->c, cap * sizeof *nc);
-        if (!nc) return;
-        g->c = nc;
-        g->cap = cap;
-    }
-    g->c[g->n++] = (struct cand){r, last};
-}
-
-static int hottest_first(const void *a, const void *b)
-{
-    uint64_t x = ((const struct cand *)a)->last_use, y = ((const struct cand *)b)->last_use;
-    return x > y ? -1 : x < y;
-}
-
-static bool promote(struct gvm_region *r, int device)
-{
-    pthread_mutex_lock(&r->op);
-    bool ok = false;
-    if (r->state == GVM_REGION_LIVE && r->spilled_at && !(r->flags & GVM_RF_PAUSED)) {
-        gvm_move_enter(r);
-        ok = gvm_move_blocks(r, device) == CUDA_SUCCESS;
-        gvm_move_leave(r);
-        if (ok) {
-            GVM_STORE(r->spilled_at, 0);
-            gvm_stat_inc(promotions);
-            gvm_stat_add(promoted_bytes, r->mapped);
-            gvm_debug("promote: moved %#lx (%zu bytes) back to device %d", (unsigned long)r->base,
-                      r->mapped, device);
-        }
-    }
-    pthread_mutex_unlock(&r->op);
-    return ok;
-}
 
 /* Room is kept for a margin, so promotion does not push the device straight
  * back over its limit at the next allocation. */
@@ -74,17 +21,16 @@ static size_t margin(int device) { return gvm_policy.limit[device] / 16; }
 
 static size_t promote_device(int device, size_t budget)
 {
-    struct gather g = {.device = device};
-    gvm_heap_for_each(gather_one, &g);
-    if (g.n) qsort(g.c, g.n, sizeof *g.c, hottest_first);
+    struct gvm_victims c = {0};
+    gvm_victims_spilled(device, &c);
     size_t moved = 0;
-    for (size_t i = 0; i < g.n; i++) {
-        size_t bytes = GVM_LOAD(g.c[i].r->mapped);
+    for (size_t i = 0; i < c.n; i++) {
+        size_t bytes = GVM_LOAD(c.v[i].r->mapped);
         if (moved + bytes > budget) break;
         if (!gvm_policy_fits(device, bytes + margin(device))) break;
-        if (promote(g.c[i].r, device)) moved += bytes;
+        if (gvm_relocate(c.v[i].r, device, GVM_RELOC_PROMOTE) == CUDA_SUCCESS) moved += bytes;
     }
-    free(g.c);
+    gvm_victims_free(&c);
     return moved;
 }
 
@@ -104,17 +50,13 @@ static void *promoter(void *arg)
     return NULL;
 }
 
-CUresult gvm_promoter_start(void)
+void gvm_promoter_start(void)
 {
     pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    int rc = pthread_create(&t, &attr, promoter, NULL);
-    pthread_attr_destroy(&attr);
-    if (rc) {
+    if (pthread_create(&t, &attr, promoter, NULL))
         gvm_warn("cannot start the promoter thread; spilled allocations stay where they are");
-        return CUDA_SUCCESS;
-    }
-    return CUDA_SUCCESS;
+    pthread_attr_destroy(&attr);
 }

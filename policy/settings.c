@@ -16,6 +16,10 @@ void gvm_policy_settings(const struct gvm_config *cfg, const struct gvm_topo *to
         out->cache_limit[d] = gvm_cfg_device_value(&cfg->cache_limit, d, total);
         out->pool_limit[d] = gvm_cfg_device_value(&cfg->pool_limit, d, total);
     }
+    /* The limits are caps core enforces on every piece of memory it holds. */
+    for (int d = 0; d < GVM_MAX_DEVICES; d++)
+        out->hold_limit[d] = gvm_cfg_device_value(&cfg->device_limit, d, d < topo->ndev ? topo->dev[d].total : 0);
+    out->hold_limit[gvm_loc_slot(GVM_LOC_HOST)] = cfg->host_limit;
 }
 
 bool gvm_policy_tracks_launches(const struct gvm_config *cfg)

@@ -1,5 +1,5 @@
 /* Tag names to small ids, and the per-thread tag stack of gvm_tag_push. */
-#include "policy/place.h"
+#include "policy/tags.h"
 
 #include "core/export.h"
 #include "gvmshim.h"

@@ -6,8 +6,8 @@
  * cuFuncGetParamInfo (or cuKernelGetParamInfo) once, then from a cache. */
 #include "preload/shim.h"
 
-#include "policy/place.h"
 #include "policy/spill.h"
+#include "policy/tags.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -14,6 +14,7 @@
 #include "policy/place.h"
 #include "policy/settings.h"
 #include "preload/outfile.h"
+#include "preload/nvml.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -164,8 +165,10 @@ __attribute__((destructor)) static void gvm_shim_report(void)
     /* A process that never reached the driver has nothing to say. */
     if (!gvm_cfg.stats[0] || driver_state <= 0) return;
     int ndev = gvm_topo.ndev;
+    int64_t nvml_used[GVM_MAX_DEVICES];
+    const int64_t *used = gvm_nvml_process_used(ndev, gvm_real_dlsym, nvml_used) ? nvml_used : NULL;
     if (!strcmp(gvm_cfg.stats, "1")) {
-        gvm_stats_write(stderr, 0, ndev);
+        gvm_stats_write(stderr, 0, ndev, used);
         fflush(stderr);
         return;
     }
@@ -177,6 +180,6 @@ __attribute__((destructor)) static void gvm_shim_report(void)
         if (fd >= 0) close(fd);
         return;
     }
-    gvm_stats_write(f, 1, ndev);
+    gvm_stats_write(f, 1, ndev, used);
     fclose(f);
 }

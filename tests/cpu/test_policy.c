@@ -7,7 +7,9 @@
 #include "core/move.h"
 #include "policy/config.h"
 #include "policy/place.h"
+#include "policy/policy.h"
 #include "policy/spill.h"
+#include "policy/tags.h"
 
 #include <time.h>
 
@@ -29,11 +31,18 @@ static void set(const char *name, const char *value)
     }
 }
 
+/* The caps core enforces come from the policy's configuration. */
+static void no_idle_memory_limited(struct gvm_settings *s)
+{
+    no_idle_memory(s);
+    gvm_policy_settings(&cfg, s);
+}
+
 static void start_policy(const char *const *kv)
 {
     gvm_config_defaults(&cfg);
     for (; kv && kv[0]; kv += 2) set(kv[0], kv[1]);
-    sim_start(2, 512 * MiB, no_idle_memory);
+    sim_start(2, 512 * MiB, no_idle_memory_limited);
     CHECK_EQ(gvm_policy_start(&cfg), CUDA_SUCCESS);
 }
 

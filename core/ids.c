@@ -1,0 +1,6 @@
+#include "core/ids.h"
+
+uint64_t gvm_clock;
+static uint64_t buffer_ids;
+
+uint64_t gvm_next_buffer_id(void) { return __atomic_add_fetch(&buffer_ids, 1, __ATOMIC_RELAXED); }

@@ -1,0 +1,18 @@
+/* Two counters every part of core stamps things with: the use clock, which
+ * orders regions for least-recently-used decisions, and buffer ids, which
+ * change whenever memory behind a pointer changes (registration caches of
+ * the program compare them). */
+#ifndef GVM_IDS_H
+#define GVM_IDS_H
+
+#include <stdint.h>
+
+extern uint64_t gvm_clock;
+
+/* A tick of the use clock. */
+static inline uint64_t gvm_clock_tick(void) { return __atomic_add_fetch(&gvm_clock, 1, __ATOMIC_RELAXED); }
+
+/* A buffer id never handed out before. */
+uint64_t gvm_next_buffer_id(void);
+
+#endif

@@ -1,0 +1,135 @@
+#include "core/relocate.h"
+
+#include "core/driver.h"
+#include "core/log.h"
+#include "core/move.h"
+#include "core/stats.h"
+#include "core/topo.h"
+
+static CUresult move_to(struct gvm_region *r, int loc, unsigned how)
+{
+    return how & GVM_RELOC_QUIESCED ? gvm_move_blocks_quiesced(r, loc) : gvm_move_blocks(r, loc);
+}
+
+/* Whether r's state allows the move `how` asks for. */
+static bool allowed(const struct gvm_region *r, int loc, unsigned how)
+{
+    bool paused = r->flags & GVM_RF_PAUSED, pinned = r->flags & GVM_RF_PINNED;
+    if (how & GVM_RELOC_RESUME) return paused;
+    if (paused) return false;
+    if (how & GVM_RELOC_SPILL) return !pinned && loc != r->home && gvm_region_location(r) == r->home;
+    if (how & GVM_RELOC_PROMOTE) return !pinned && r->spilled_at;
+    return true;
+}
+
+/* Unmaps every piece and gives its memory back to the driver. If a piece
+ * cannot be unmapped, those before it are gone already: the region counts
+ * as discarded all the same, so a resume refills what is missing. */
+static CUresult discard(struct gvm_region *r, bool *released)
+{
+    for (int i = 0; i < r->nblocks; i++) {
+        struct gvm_phys *old = NULL;
+        if (!r->blocks[i].phys) continue;
+        CUresult rc = gvm_region_unmap_block(r, i, &old);
+        if (rc != CUDA_SUCCESS) return rc;
+        gvm_phys_destroy(old);
+        *released = true;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult pause(struct gvm_region *r, int loc, unsigned how)
+{
+    int where = gvm_region_location(r);
+    CUresult rc;
+    bool released = false;
+    if (loc == GVM_LOC_NONE) {
+        /* Unmapping memory a kernel still reads would kill the kernel. */
+        rc = how & GVM_RELOC_QUIESCED ? CUDA_SUCCESS : gvm_topo_quiesce();
+        if (rc == CUDA_SUCCESS) rc = discard(r, &released);
+        if (rc == CUDA_SUCCESS || released) GVM_STORE(r->flags, r->flags | GVM_RF_DISCARDED);
+    } else {
+        rc = move_to(r, GVM_LOC_HOST, how);
+    }
+    if (rc == CUDA_SUCCESS || released) {
+        GVM_STORE(r->flags, r->flags | GVM_RF_PAUSED);
+        r->paused_loc = where >= 0 ? where : r->home;
+        gvm_stat_inc(pauses);
+    }
+    return rc;
+}
+
+/* Fresh zeroed memory for the pieces a discarding pause released. */
+static CUresult refill(struct gvm_region *r, int dev)
+{
+    for (int i = 0; i < r->nblocks; i++) {
+        if (r->blocks[i].phys) continue;
+        struct gvm_phys *p = NULL;
+        CUresult rc = gvm_phys_get(dev, r->blocks[i].size, false, &p);
+        if (rc == CUDA_SUCCESS) rc = gvm_region_map_block(r, i, p);
+        if (rc != CUDA_SUCCESS) {
+            if (p && !r->blocks[i].phys) gvm_phys_put(p);
+            return rc;
+        }
+    }
+    CUresult rc = gvm_topo_push(dev);
+    if (rc != CUDA_SUCCESS) return rc;
+    rc = DRV(cuMemsetD8_v2, (CUdeviceptr)r->base, 0, r->mapped);
+    gvm_topo_pop();
+    return rc;
+}
+
+static CUresult resume(struct gvm_region *r, unsigned how)
+{
+    int dev = r->paused_loc >= 0 ? r->paused_loc : r->device;
+    CUresult rc = (r->flags & GVM_RF_DISCARDED) ? refill(r, dev) : move_to(r, dev, how);
+    if (rc == CUDA_SUCCESS) {
+        GVM_STORE(r->flags, r->flags & ~(unsigned)(GVM_RF_PAUSED | GVM_RF_DISCARDED));
+        gvm_stat_inc(resumes);
+    }
+    return rc;
+}
+
+/* The region's fields and the counters after a successful move. */
+static void moved(struct gvm_region *r, int loc, unsigned how)
+{
+    if (how & GVM_RELOC_EXPLICIT) GVM_STORE(r->home, loc);
+    if (how & GVM_RELOC_SPILL) {
+        GVM_STORE(r->spilled_at, gvm_clock_tick());
+        gvm_stat_inc(spills);
+        gvm_stat_add(spilled_bytes, r->mapped);
+        gvm_debug("spill: moved %#lx (%zu bytes, last use %lu) from device %d to %d", (unsigned long)r->base,
+                  r->mapped, (unsigned long)r->last_use, r->home, loc);
+    }
+    if (how & GVM_RELOC_PROMOTE) {
+        GVM_STORE(r->spilled_at, 0);
+        gvm_stat_inc(promotions);
+        gvm_stat_add(promoted_bytes, r->mapped);
+        gvm_debug("promote: moved %#lx (%zu bytes) back to %d", (unsigned long)r->base, r->mapped, loc);
+    }
+}
+
+CUresult gvm_relocate_locked(struct gvm_region *r, int loc, unsigned how)
+{
+    if (r->state != GVM_REGION_LIVE || r->kind == GVM_REGION_ALIAS) return CUDA_ERROR_NOT_FOUND;
+    if (!allowed(r, loc, how)) return CUDA_ERROR_NOT_PERMITTED;
+    gvm_move_enter(r);
+    CUresult rc;
+    if (how & GVM_RELOC_PAUSE)
+        rc = pause(r, loc, how);
+    else if (how & GVM_RELOC_RESUME)
+        rc = resume(r, how);
+    else
+        rc = move_to(r, loc, how);
+    gvm_move_leave(r);
+    if (rc == CUDA_SUCCESS) moved(r, loc, how);
+    return rc;
+}
+
+CUresult gvm_relocate(struct gvm_region *r, int loc, unsigned how)
+{
+    pthread_mutex_lock(&r->op);
+    CUresult rc = gvm_relocate_locked(r, loc, how);
+    pthread_mutex_unlock(&r->op);
+    return rc;
+}

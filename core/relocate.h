@@ -1,0 +1,52 @@
+/* The one operation that changes where a region's memory lives. Every
+ * move — the program's gvm_migrate, the policy's spills, promotions,
+ * pauses and resumes — goes through it: it takes the region's lock, checks
+ * that the region's state allows the move, moves the pieces (move.h),
+ * updates the region's fields and counts it. The policy decides what goes
+ * where and when; it never writes a region itself. */
+#ifndef GVM_RELOCATE_H
+#define GVM_RELOCATE_H
+
+#include "core/region.h"
+
+enum gvm_reloc {
+    /* The program's own move (gvm_migrate): loc becomes the region's home,
+     * so the policy does not undo it. Refused while paused. */
+    GVM_RELOC_EXPLICIT = 1 << 0,
+    /* The policy sends a region that lies wholly on its home device to loc
+     * (a peer or host): stamped as spilled, counted as a spill. Refused
+     * when paused, pinned, or not wholly at home. */
+    GVM_RELOC_SPILL = 1 << 1,
+    /* The policy brings a spilled region to loc (its home): the stamp is
+     * cleared, counted as a promotion. Refused when not spilled, paused or
+     * pinned. */
+    GVM_RELOC_PROMOTE = 1 << 2,
+    /* gvm_pause: loc GVM_LOC_HOST keeps the contents there (readable);
+     * GVM_LOC_NONE releases the memory without a copy (resume gives zeroed
+     * memory). Refused when already paused. */
+    GVM_RELOC_PAUSE = 1 << 3,
+    /* gvm_resume: back to where it was paused from (loc is not used).
+     * Refused when not paused. */
+    GVM_RELOC_RESUME = 1 << 4,
+    /* With any of the above: the caller has just waited for all queued
+     * work (gvm_topo_quiesce), so the move does not wait again (a swap
+     * moves several regions after one wait). */
+    GVM_RELOC_QUIESCED = 1 << 8,
+};
+
+/* Relocates r as `how` says. Returns CUDA_SUCCESS; CUDA_ERROR_NOT_FOUND
+ * when r is not a live allocation's region; CUDA_ERROR_NOT_PERMITTED when
+ * its state refuses this move (see above; nothing was done); or the error
+ * of a failed move, after which r is exactly as it was. */
+CUresult gvm_relocate(struct gvm_region *r, int loc, unsigned how);
+
+/* The same, for a caller that holds r->op already. */
+CUresult gvm_relocate_locked(struct gvm_region *r, int loc, unsigned how);
+
+/* True for the answers of gvm_relocate that mean "not done, by choice". */
+static inline bool gvm_relocate_refused(CUresult rc)
+{
+    return rc == CUDA_ERROR_NOT_FOUND || rc == CUDA_ERROR_NOT_PERMITTED;
+}
+
+#endif

@@ -1,0 +1,57 @@
+#include "policy/policy.h"
+
+#include "core/held.h"
+#include "core/phys.h"
+#include "core/topo.h"
+
+#include <stdint.h>
+
+struct gvm_policy gvm_policy;
+
+/* On a device, everything gvmshim holds there counts, idle memory too (it
+ * occupies the device all the same; the allocation path gives it back
+ * when it is in the way). On host, pooled pieces do not: a move that
+ * needs room destroys them first (core/phys.c). */
+size_t gvm_policy_usage(int loc)
+{
+    size_t held = gvm_held_bytes(loc);
+    if (loc >= 0) return held;
+    size_t pooled = gvm_phys_pooled(loc);
+    return held > pooled ? held - pooled : 0;
+}
+
+size_t gvm_policy_limit(int loc)
+{
+    if (loc == GVM_LOC_HOST) return gvm_policy.host_limit;
+    return gvm_policy.limit[loc];
+}
+
+bool gvm_policy_fits(int loc, size_t bytes)
+{
+    size_t lim = gvm_policy_limit(loc);
+    if (lim == SIZE_MAX) return true;
+    size_t used = gvm_policy_usage(loc);
+    return used <= lim && bytes <= lim - used;
+}
+
+int gvm_policy_best_peer(int device, size_t bytes)
+{
+    int best = -1;
+    size_t best_room = 0;
+    for (int d = 0; d < gvm_topo.ndev; d++) {
+        if (d == device || !gvm_topo.dev[d].vmm || !gvm_topo_reaches(device, d)) continue;
+        size_t lim = gvm_policy_limit(d), used = gvm_policy_usage(d);
+        size_t room = lim > used ? lim - used : 0;
+        if (room >= bytes && room > best_room) {
+            best = d;
+            best_room = room;
+        }
+    }
+    return best;
+}
+
+size_t gvm_policy_charge(size_t size)
+{
+    size_t g = gvm_topo.gran;
+    return (size + g - 1) / g * g;
+}

@@ -1,0 +1,9 @@
+/* Promotion: bringing spilled allocations back to their device. */
+#ifndef GVM_POLICY_PROMOTE_H
+#define GVM_POLICY_PROMOTE_H
+
+/* Starts the background thread that does it (policy/promote.c); without
+ * it, spilled allocations stay where they are (one warning). */
+void gvm_promoter_start(void);
+
+#endif

@@ -1,0 +1,16 @@
+/* Tags: names the program gives its allocations (gvm_tag_push), as small
+ * ids (0 = untagged). */
+#ifndef GVM_POLICY_TAGS_H
+#define GVM_POLICY_TAGS_H
+
+#include <stdbool.h>
+
+/* The calling thread's tag. */
+int gvm_policy_current_tag(void);
+
+/* The id of a tag name (created when `create` and there is room), -1 when
+ * unknown or full; and the name of an id (NULL for 0). */
+int gvm_tag_id(const char *name, bool create);
+const char *gvm_tag_name(int id);
+
+#endif

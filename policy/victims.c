@@ -1,0 +1,101 @@
+#include "policy/victims.h"
+
+#include "core/live.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+
+enum which { RESIDENT, SPILLED };
+
+struct gather {
+    enum which which;
+    int device;
+    struct gvm_victims *out;
+};
+
+static bool qualifies(const struct gvm_region *r, const struct gather *g)
+{
+    if (GVM_LOAD(r->state) != GVM_REGION_LIVE || r->kind == GVM_REGION_ALIAS) return false;
+    if (GVM_LOAD(r->home) != g->device) return false;
+    unsigned flags = GVM_LOAD(r->flags);
+    if (g->which == RESIDENT) return !(flags & (GVM_RF_PAUSED | GVM_RF_PINNED));
+    /* Where its memory is gets checked under its lock, by the move. */
+    uint64_t spilled = GVM_LOAD(r->spilled_at);
+    return spilled && !(flags & GVM_RF_PAUSED) && GVM_LOAD(r->last_use) > spilled;
+}
+
+static void gather_one(struct gvm_region *r, void *arg)
+{
+    struct gather *g = arg;
+    if (!qualifies(r, g)) return;
+    struct gvm_victims *v = g->out;
+    if (v->n == v->cap) {
+        size_t cap = v->cap ? v->cap * 2 : 64;
+        struct gvm_victim *nv = realloc(v->v, cap * sizeof *nv);
+        if (!nv) return;
+        v->v = nv;
+        v->cap = cap;
+    }
+    v->v[v->n++] = (struct gvm_victim){r, GVM_LOAD(r->last_use)};
+}
+
+static int oldest_first(const void *a, const void *b)
+{
+    uint64_t x = ((const struct gvm_victim *)a)->last_use, y = ((const struct gvm_victim *)b)->last_use;
+    return x < y ? -1 : x > y;
+}
+
+static void reverse(struct gvm_victim *v, size_t n)
+{
+    for (size_t i = 0, j = n; i + 1 < j; i++, j--) {
+        struct gvm_victim t = v[i];
+        v[i] = v[j - 1];
+        v[j - 1] = t;
+    }
+}
+
+static void gather(enum which which, int device, struct gvm_victims *out)
+{
+    struct gather g = {which, device, out};
+    out->n = 0;
+    gvm_live_for_each(gather_one, &g);
+    if (out->n) qsort(out->v, out->n, sizeof *out->v, oldest_first);
+}
+
+void gvm_victims_resident(int device, struct gvm_victims *out) { gather(RESIDENT, device, out); }
+
+void gvm_victims_spilled(int device, struct gvm_victims *out)
+{
+    gather(SPILLED, device, out);
+    reverse(out->v, out->n);
+}
+
+static bool kept(const struct gvm_region *r, struct gvm_region *const *keep, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (keep[i] == r) return true;
+    return false;
+}
+
+size_t gvm_victims_for_swap(int device, size_t need, uint64_t since, struct gvm_region *const *keep, int nkeep,
+                            struct gvm_victims *out)
+{
+    gvm_victims_resident(device, out);
+    size_t cold = 0;
+    while (cold < out->n && out->v[cold].last_use < since) cold++;
+    reverse(out->v + cold, out->n - cold);   /* the warm tail, most recent first */
+    size_t k = 0, got = 0;
+    for (size_t i = 0; i < out->n && got < need; i++) {
+        if (kept(out->v[i].r, keep, nkeep)) continue;
+        got += GVM_LOAD(out->v[i].r->mapped);
+        out->v[k++] = out->v[i];
+    }
+    out->n = got >= need ? k : 0;
+    return out->n;
+}
+
+void gvm_victims_free(struct gvm_victims *v)
+{
+    free(v->v);
+    *v = (struct gvm_victims){0};
+}
