@@ -144,8 +144,13 @@ static CUresult plan_build(struct gvm_region *r, int loc, struct plan *p)
         p->ndst += g->nd;
     }
     if (!p->ng) return CUDA_SUCCESS;
-    /* All destinations before touching anything: failing here is free. */
-    return gvm_phys_get_many(loc, p->sizes, p->ndst, true, p->dst);
+    /* All destinations before touching anything: failing here is free.
+     * Idle memory at loc (cached regions, empty chunks) may be what stands
+     * in the way of its limit: give it back and try once more. */
+    CUresult rc = gvm_phys_get_many(loc, p->sizes, p->ndst, true, p->dst);
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY && gvm_heap_trim(loc))
+        rc = gvm_phys_get_many(loc, p->sizes, p->ndst, true, p->dst);
+    return rc;
 }
 
 /* The device whose copy engine moves data from src to dst. */

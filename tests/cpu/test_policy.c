@@ -3,6 +3,7 @@
  * failures injected while spilling. */
 #include "simcore.h"
 
+#include "core/held.h"
 #include "core/log.h"
 #include "core/move.h"
 #include "policy/config.h"
@@ -11,6 +12,8 @@
 #include "policy/spill.h"
 #include "policy/tags.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <time.h>
 
 static struct gvm_config cfg;
@@ -362,6 +365,204 @@ static void failure_while_spilling_keeps_data(void)
     }
 }
 
+/* ---- the device limit holds what the device really gives ------------------ */
+
+/* Caches and pools at their defaults: the limit must hold them too. */
+static void idle_memory_default_limited(struct gvm_settings *s) { gvm_policy_settings(&cfg, s); }
+
+static void start_limited(const char *const *kv)
+{
+    gvm_config_defaults(&cfg);
+    for (; kv && kv[0]; kv += 2) set(kv[0], kv[1]);
+    sim_start(2, 512 * MiB, idle_memory_default_limited);
+    CHECK_EQ(gvm_policy_start(&cfg), CUDA_SUCCESS);
+}
+
+/* Samples the simulated device's physical bytes while the test runs. */
+struct sampler {
+    int stop;
+    size_t peak;
+    pthread_t thread;
+};
+
+static void *sample(void *arg)
+{
+    struct sampler *s = arg;
+    while (!__atomic_load_n(&s->stop, __ATOMIC_ACQUIRE)) {
+        size_t b = simcuda_phys_bytes(0);
+        if (b > s->peak) s->peak = b;
+        sched_yield();
+    }
+    return NULL;
+}
+
+static void sampler_start(struct sampler *s)
+{
+    *s = (struct sampler){0};
+    CHECK_EQ(pthread_create(&s->thread, NULL, sample, s), 0);
+}
+
+static size_t sampler_stop(struct sampler *s)
+{
+    __atomic_store_n(&s->stop, 1, __ATOMIC_RELEASE);
+    pthread_join(s->thread, NULL);
+    return s->peak;
+}
+
+/* Writes through an announced use, as a copy hook would: no move runs
+ * under it. */
+static void write_seed(uintptr_t p, size_t n, uint32_t seed)
+{
+    struct gvm_region *r = gvm_use_begin(p);
+    fill(p, n, seed);
+    gvm_use_end(r);
+}
+
+static int check_seed(uintptr_t p, size_t n, uint32_t seed)
+{
+    struct gvm_region *r = gvm_use_begin(p);
+    int ok = intact(p, n, seed);
+    gvm_use_end(r);
+    return ok;
+}
+
+#define NBUF 8
+#define LIMIT (64 * MiB)
+
+/* Allocations, frees, touches, launch-style swap-ins and the promoter, on
+ * a working set of `ratio` times the limit: the simulated device never
+ * holds more than the limit, sampled all along, and no byte is lost. */
+static void churn_at(double ratio)
+{
+    const char *kv[] = {"device_limit", "0:64M", "spill", "host", "promote_interval", "1ms", NULL};
+    start_limited(kv);
+    size_t each = (size_t)((double)LIMIT * ratio / NBUF) & ~(size_t)0xfffff;
+    uintptr_t buf[NBUF], small[4] = {0};
+    uint32_t seed[NBUF];
+    struct sampler smp;
+    sampler_start(&smp);
+    for (int i = 0; i < NBUF; i++) {
+        buf[i] = palloc(each);
+        write_seed(buf[i], each, seed[i] = 100 + (uint32_t)i);
+    }
+    unsigned rnd = 12345;
+    for (int step = 0; step < 300; step++) {
+        rnd = rnd * 1103515245u + 12345u;
+        int i = (int)((rnd >> 8) % NBUF), j = (int)((rnd >> 16) % NBUF);
+        switch ((rnd >> 24) % 4) {
+        case 0:   /* free and allocate again */
+            CHECK_EQ(gvm_policy_free(buf[i]), CUDA_SUCCESS);
+            buf[i] = palloc(each);
+            write_seed(buf[i], each, seed[i] = (uint32_t)step * 7919u);
+            break;
+        case 1:   /* a copy touching it */
+            touch(buf[i]);
+            break;
+        case 2: { /* a launch reading two buffers */
+            struct gvm_region *used[2] = {gvm_heap_region(buf[i]), gvm_heap_region(buf[j])};
+            gvm_policy_before_launch(used, i == j ? 1 : 2);
+            touch(buf[i]);
+            touch(buf[j]);
+            break;
+        }
+        default:  /* small allocations come and go */
+            if (small[i % 4]) CHECK_EQ(gvm_policy_free(small[i % 4]), CUDA_SUCCESS);
+            small[i % 4] = palloc(4096 << (i % 4));
+            break;
+        }
+        CHECK(simcuda_phys_bytes(0) <= LIMIT);
+    }
+    size_t peak = sampler_stop(&smp);
+    if (peak > LIMIT) fprintf(stderr, "sampled %zu bytes on the device, limit %zu\n", peak, LIMIT);
+    CHECK(peak <= LIMIT);
+    CHECK(gvm_held_peak(0) <= LIMIT);
+    CHECK(gvm_stats.spills > 0);
+    for (int i = 0; i < NBUF; i++) CHECK(check_seed(buf[i], each, seed[i]));
+}
+
+static void the_limit_holds_at_1_25x(void) { churn_at(1.25); }
+static void the_limit_holds_at_1_5x(void) { churn_at(1.5); }
+static void the_limit_holds_at_2x(void) { churn_at(2.0); }
+
+/* Without spill, idle memory (the cache of freed regions, pooled pieces)
+ * is given back first; only then does an allocation fail, as natively. */
+static void spill_off_gives_idle_memory_back_then_fails(void)
+{
+    const char *kv[] = {"device_limit", "0:64M", NULL};
+    start_limited(kv);
+    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
+    fill(a, 24 * MiB, 11);
+    CHECK_EQ(gvm_policy_free(b), CUDA_SUCCESS);          /* kept in the cache */
+    CHECK_EQ(simcuda_phys_bytes(0), 48 * MiB);
+    CHECK_EQ(gvm_migrate((void *)a, GVM_HOST), GVM_OK);   /* its pieces stay pooled */
+    CHECK_EQ(gvm_migrate((void *)a, 0), GVM_OK);
+    uintptr_t c = palloc(36 * MiB);                        /* fits once the cache is given back */
+    CHECK(simcuda_phys_bytes(0) <= LIMIT);
+    uintptr_t p = 0;
+    CHECK_EQ(gvm_policy_alloc(8 * MiB, 0, current_ctx(), 0, &p), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(simcuda_phys_bytes(0), 60 * MiB);             /* nothing idle is left */
+    CHECK(intact(a, 24 * MiB, 11));
+    CHECK_EQ(gvm_policy_free(c), CUDA_SUCCESS);
+    CHECK_EQ(gvm_policy_alloc(8 * MiB, 0, current_ctx(), 0, &p), CUDA_SUCCESS);
+}
+
+/* Core refuses, without asking the driver, memory past the cap, whatever
+ * asks for it (here the program's own gvm_migrate). */
+static void the_cap_is_enforced_below_the_policy(void)
+{
+    const char *kv[] = {"device_limit", "0:64M", NULL};
+    start_limited(kv);
+    uintptr_t a = palloc(48 * MiB);
+    CHECK_EQ(gvm_policy_free(a), CUDA_SUCCESS);
+    a = palloc(40 * MiB);
+    CHECK_EQ(gvm_migrate((void *)a, GVM_HOST), GVM_OK);
+    uintptr_t b = palloc(40 * MiB);
+    fill(a, 40 * MiB, 12);
+    unsigned long creates = simcuda_calls_of("cuMemCreate");
+    CHECK_EQ(gvm_migrate((void *)a, 0), GVM_ERR_NO_MEMORY);
+    CHECK(simcuda_calls_of("cuMemCreate") == creates);   /* refused before the driver */
+    CHECK_EQ(where(a), GVM_HOST);
+    CHECK(intact(a, 40 * MiB, 12));
+    CHECK(simcuda_phys_bytes(0) <= LIMIT);
+    CHECK_EQ(gvm_held_bytes(0), simcuda_phys_bytes(0));
+    CHECK_EQ(gvm_policy_free(b), CUDA_SUCCESS);
+    CHECK_EQ(gvm_migrate((void *)a, 0), GVM_OK);
+}
+
+/* A failure anywhere in a swap-in (evictions, then the promotion) loses
+ * no data, leaks nothing, and never passes the limit. */
+static void failure_during_a_swap_keeps_data(void)
+{
+    gvm_log_level = GVM_LOG_ERROR;
+    const char *kv[] = {"device_limit", "0:64M", "spill", "host", "promote_interval", "3600s", NULL};
+    start_limited(kv);
+    struct leaks base = leaks_now();
+    for (unsigned long k = 1; k < 400; k++) {
+        uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
+        fill(a, 24 * MiB, 13);
+        fill(b, 24 * MiB, 14);
+        touch(b);
+        uintptr_t c = palloc(24 * MiB);                    /* a leaves */
+        fill(c, 24 * MiB, 15);
+        CHECK_EQ(where(a), GVM_HOST);
+        touch(b);
+        struct gvm_region *used[2] = {gvm_heap_region(a), gvm_heap_region(c)};
+        unsigned long calls = simcuda_call_count();
+        simcuda_fail_nth(k, CUDA_ERROR_ILLEGAL_STATE);
+        gvm_policy_before_launch(used, 2);
+        bool fired = simcuda_call_count() - calls >= k;
+        simcuda_fail_nth(0, CUDA_SUCCESS);
+        CHECK(simcuda_phys_bytes(0) <= LIMIT);
+        CHECK(intact(a, 24 * MiB, 13) && intact(b, 24 * MiB, 14) && intact(c, 24 * MiB, 15));
+        CHECK_EQ(gvm_policy_free(a), CUDA_SUCCESS);
+        CHECK_EQ(gvm_policy_free(b), CUDA_SUCCESS);
+        CHECK_EQ(gvm_policy_free(c), CUDA_SUCCESS);
+        CHECK_NO_LEAK(base);
+        if (!fired) return;   /* the whole swap ran without reaching the k-th call */
+    }
+    CHECK(0);
+}
+
 static const struct test_case cases[] = {
     TEST_ENTRY(evicts_the_least_recently_used)
     TEST_ENTRY(a_job_that_fits_never_spills)
@@ -378,6 +579,12 @@ static const struct test_case cases[] = {
     TEST_ENTRY(pause_discard_and_resume_zeroed)
     TEST_ENTRY(threshold_rule_places_large_allocations_in_host_memory)
     TEST_ENTRY(failure_while_spilling_keeps_data)
+    TEST_ENTRY(the_limit_holds_at_1_25x)
+    TEST_ENTRY(the_limit_holds_at_1_5x)
+    TEST_ENTRY(the_limit_holds_at_2x)
+    TEST_ENTRY(spill_off_gives_idle_memory_back_then_fails)
+    TEST_ENTRY(the_cap_is_enforced_below_the_policy)
+    TEST_ENTRY(failure_during_a_swap_keeps_data)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }

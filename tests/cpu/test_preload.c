@@ -433,7 +433,7 @@ static void stats_json_is_written_at_exit(void)
     char path[64], env[96];
     snprintf(path, sizeof path, "/tmp/gvmshim-test-stats-%d.json", (int)getpid());
     snprintf(env, sizeof env, "GVM_STATS=%s", path);
-    CHECK_EQ(run_self("workload", env, NULL, NULL, 0), 0);
+    CHECK_EQ(run_self("workload", env, "GVM_DEVICE_LIMIT=0:64M", NULL, 0), 0);
     FILE *f = fopen(path, "r");
     CHECK(f != NULL);
     char text[16384];
@@ -447,6 +447,14 @@ static void stats_json_is_written_at_exit(void)
     CHECK(strstr(text, "\"peak_bytes\": {\"0\": 39846888"));
     CHECK(strstr(text, "\"cuMemAlloc_v2\": 3"));
     CHECK(strstr(text, "\"passthrough_calls\""));
+    /* What the device gave the process through gvmshim, beside the limit:
+     * at most a 2 MiB chunk, 8 MiB and 30 MiB at once. */
+    CHECK(strstr(text, "\"limit\": {\"0\": 67108864, \"1\": null, \"host\": null}"));
+    const char *held = strstr(text, "\"held_bytes\": {\"0\": ");
+    const char *peak = strstr(text, "\"held_peak\": {\"0\": ");
+    CHECK(held && peak);
+    CHECK_EQ(strtoull(peak + strlen("\"held_peak\": {\"0\": "), NULL, 10), 40 * MiB);
+    CHECK(strtoull(held + strlen("\"held_bytes\": {\"0\": "), NULL, 10) <= 40 * MiB);
 }
 
 /* The real library at exit: a symlink planted at the stats path is
@@ -483,6 +491,8 @@ static void stats_text_goes_to_stderr(void)
     char out[16384];
     CHECK_EQ(run_self("workload", "GVM_STATS=1", NULL, out, sizeof out), 0);
     CHECK(strstr(out, "gvmshim: stats: allocations_total    3"));
+    CHECK(strstr(out, "gvmshim: stats: limit                dev0=none dev1=none host=none"));
+    CHECK(strstr(out, "gvmshim: stats: held_peak            dev0=41943040 "));
 }
 
 static void disable_makes_a_pure_pass_through(void)
