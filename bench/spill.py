@@ -365,6 +365,8 @@ def main():
             if st:
                 row.update({k: st.get(k, 0) for k in ("spills", "spilled_bytes", "promotions", "promoted_bytes",
                                                        "bytes_migrated", "migrations_failed", "launches_scanned")})
+                # The ratios assume the device held no more than the limit: record what it held.
+                row["held_peak_dev0"] = (st.get("held_peak") or {}).get("0")
                 moved = st.get("bytes_migrated", 0)
                 if not o.no_diff and ratio > 1:
                     setup, st0 = par.run(label + " (warm-up only)", dict(base, ws=[ws], steps=0), env)

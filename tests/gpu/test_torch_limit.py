@@ -1,0 +1,262 @@
+#!/usr/bin/env python3
+"""GVM_DEVICE_LIMIT as NVML sees it: a PyTorch training loop whose working
+set is 1.25x, 1.5x and 2x the limit runs under the shim while a thread
+samples, through NVML, the device memory this process holds. The sampled
+peak must stay within the limit plus the process's own overhead (the CUDA
+context, libraries' kernels: measured from a run that allocates nothing
+through gvmshim) plus one transfer piece (block_size, 64 MiB); losses are
+bit for bit those of the native run.
+
+  limit_host_1_25x, _1_5x, _2x   GVM_SPILL=host
+  limit_peer_1_5x                (2 GPUs) GVM_SPILL=peer,host: GPU 0 holds
+                                 its limit, GPU 1 takes what leaves
+
+NVML through pynvml where installed, else ctypes on libnvidia-ml.so.1.
+Exit 77 without torch, a GPU or an NVML that lists this process.
+"""
+import ctypes
+import os
+import sys
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gvmtest as gt  # noqa: E402
+
+MiB, GiB = gt.MiB, gt.GiB
+PIECE = 64 * MiB            # one transfer piece: GVM_BLOCK_SIZE's default
+TRAIN = {"layers": 6, "dim": 8192, "batch": 256, "steps": 8, "lr": 0.1}
+
+
+# ---- NVML: this process's memory on a CUDA device --------------------------------
+
+
+class _ProcessInfo(ctypes.Structure):
+    # nvmlProcessInfo_v2_t, what the _v2 and _v3 process queries fill
+    _fields_ = [("pid", ctypes.c_uint), ("usedGpuMemory", ctypes.c_ulonglong),
+                ("gpuInstanceId", ctypes.c_uint), ("computeInstanceId", ctypes.c_uint)]
+
+
+class Nvml:
+    """used(i): bytes NVML reports for this process on CUDA device i, or
+    None when the process is not listed there."""
+
+    def __init__(self, ndev):
+        self.pid = os.getpid()
+        bus = [self._bus_id(i) for i in range(ndev)]
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            self._py = pynvml
+            self._handles = [pynvml.nvmlDeviceGetHandleByPciBusId(b) for b in bus]
+            return
+        except ImportError:
+            self._py = None
+        lib = ctypes.CDLL("libnvidia-ml.so.1")
+        self._check(lib.nvmlInit_v2())
+        self._procs = getattr(lib, "nvmlDeviceGetComputeRunningProcesses_v3", None) or \
+            lib.nvmlDeviceGetComputeRunningProcesses_v2
+        self._handles = []
+        for b in bus:
+            h = ctypes.c_void_p()
+            self._check(lib.nvmlDeviceGetHandleByPciBusId_v2(b, ctypes.byref(h)))
+            self._handles.append(h)
+        self._buf = (_ProcessInfo * 1024)()
+
+    @staticmethod
+    def _bus_id(dev):
+        # CUDA and NVML number devices differently: match them by PCI bus id.
+        cuda = ctypes.CDLL("libcuda.so.1")
+        buf = ctypes.create_string_buffer(32)
+        if cuda.cuDeviceGetPCIBusId(buf, 32, dev) != 0:
+            raise RuntimeError("cuDeviceGetPCIBusId(%d) failed" % dev)
+        return buf.value
+
+    @staticmethod
+    def _check(rc):
+        if rc != 0:
+            raise RuntimeError("NVML error %d" % rc)
+
+    def used(self, i):
+        if self._py:
+            procs = [(p.pid, p.usedGpuMemory) for p in self._py.nvmlDeviceGetComputeRunningProcesses(self._handles[i])]
+        else:
+            n = ctypes.c_uint(len(self._buf))
+            self._check(self._procs(self._handles[i], ctypes.byref(n), self._buf))
+            procs = [(self._buf[k].pid, self._buf[k].usedGpuMemory) for k in range(n.value)]
+        for pid, used in procs:
+            if pid == self.pid and used is not None and used < (1 << 63):
+                return int(used)
+        return None
+
+
+class Sampler(threading.Thread):
+    """Peak of Nvml.used over the devices, every ~2 ms until stopped."""
+
+    def __init__(self, nvml, ndev):
+        super().__init__(daemon=True)
+        self.nvml, self.ndev = nvml, ndev
+        self.peak = [0] * ndev
+        self.seen = False
+        self.samples = 0
+        self._stop_event = threading.Event()
+
+    def run(self):
+        while not self._stop_event.is_set():
+            self.sample()
+            time.sleep(0.002)
+
+    def sample(self):
+        for i in range(self.ndev):
+            u = self.nvml.used(i)
+            if u is not None:
+                self.seen = True
+                self.peak[i] = max(self.peak[i], u)
+        self.samples += 1
+
+    def stop(self):
+        self._stop_event.set()
+        self.join()
+        self.sample()
+
+
+def start_sampler(torch):
+    ndev = min(torch.cuda.device_count(), 2)
+    try:
+        nvml = Nvml(ndev)
+    except (OSError, RuntimeError, AttributeError) as e:
+        gt.child_skip("no NVML to sample (%s)" % e)
+    s = Sampler(nvml, ndev)
+    s.sample()
+    if not s.seen:
+        gt.child_skip("NVML does not list this process (pid %d): another pid namespace?" % os.getpid())
+    s.start()
+    return s
+
+
+# ---- children ----------------------------------------------------------------------
+
+
+def train(torch, layers, d, batch, steps, lr):
+    dev = torch.device("cuda", 0)
+    g = torch.Generator(device=dev)
+    g.manual_seed(1234)
+    ws = [(torch.randn(d, d, device=dev, generator=g) / d ** 0.5).requires_grad_() for _ in range(layers)]
+    x = torch.randn(batch, d, device=dev, generator=g)
+    target = torch.randn(batch, d, device=dev, generator=g)
+    losses = []
+    for _ in range(steps):
+        h = x
+        for w in ws:
+            h = torch.tanh(h @ w)
+        loss = ((h - target) ** 2).mean()
+        loss.backward()
+        with torch.no_grad():
+            for w in ws:
+                w.sub_(lr * w.grad)
+                w.grad = None
+        losses.append(float(loss.item()).hex())
+    torch.cuda.synchronize()
+    return losses
+
+
+def child_train(args):
+    """The training loop, sampled. With small=True, the same kernels on a
+    tiny problem: what the process holds besides its data (overhead)."""
+    torch = gt.torch_or_skip()
+    if args.get("need_free"):
+        free, _ = torch.cuda.mem_get_info(0)
+        if free < args["need_free"]:
+            gt.child_skip("not enough GPU memory: %d MiB free" % (free // MiB))
+    torch.zeros(1, device="cuda:0")          # the context, before the first sample
+    if args.get("peer") and torch.cuda.device_count() >= 2:
+        torch.zeros(1, device="cuda:1")
+    sampler = start_sampler(torch)
+    p = dict(TRAIN)
+    if args.get("small"):
+        p.update(dim=256, batch=16, steps=2)
+    losses = train(torch, p["layers"], p["dim"], p["batch"], p["steps"], p["lr"])
+    sampler.stop()
+    return {"losses": losses, "max_allocated": torch.cuda.max_memory_allocated(0),
+            "nvml_peak": sampler.peak, "samples": sampler.samples, "device_count": torch.cuda.device_count(),
+            "peer": bool(torch.cuda.device_count() >= 2 and torch.cuda.can_device_access_peer(0, 1))}
+
+
+HANDLERS = {"train": child_train}
+
+
+# ---- the parent --------------------------------------------------------------------
+
+runs = {}
+
+
+def once(key, fn):
+    if key not in runs:
+        try:
+            runs[key] = fn()
+        except (gt.Skip, gt.Failure) as e:
+            runs[key] = e
+    if isinstance(runs[key], Exception):
+        raise runs[key]
+    return runs[key]
+
+
+def native():
+    return once("native", lambda: gt.run_child(__file__, "train", {"need_free": 6 * GiB}, shim=False))
+
+
+def overhead(env):
+    """NVML's peak of the same process doing (almost) nothing through
+    gvmshim, under the same settings."""
+    key = "overhead " + repr(sorted(env.items()))
+    got = once(key, lambda: gt.run_child(__file__, "train", {"small": True, "peer": True}, shim=True, env=env,
+                                         label="overhead (shim)"))
+    return got.result["nvml_peak"]
+
+
+def limited_run(ratio, spill, peer=False):
+    ref = native()
+    need = ref.result["max_allocated"]
+    limit = int(need / ratio) // (2 * MiB) * (2 * MiB)
+    env = {"GVM_DEVICE_LIMIT": "0:%d" % limit, "GVM_SPILL": spill}
+    over = overhead(env)
+    got = gt.run_child(__file__, "train", {"peer": peer}, shim=True, env=env,
+                       label="train at %.2fx (shim, spill=%s)" % (ratio, spill))
+    worst = gt.compare_series(ref.result["losses"], got.result["losses"], 0.0, "losses")
+    peak, st = got.result["nvml_peak"], got.stats
+    allowed = limit + over[0] + PIECE
+    print("  job %.2f GiB, limit %.2f GiB; NVML peak on GPU 0 %.2f GiB (overhead %.0f MiB, allowed %.2f GiB, "
+          "%d samples); held_peak %s; spills %d, promotions %d; losses bitwise%s"
+          % (need / GiB, limit / GiB, peak[0] / GiB, over[0] / MiB, allowed / GiB, got.result["samples"],
+             st.get("held_peak"), st["spills"], st["promotions"], "" if worst == 0 else " (NOT)"))
+    gt.expect(st["spills"] > 0, "no spill at %.2fx the limit" % ratio)
+    gt.expect(peak[0] <= allowed, "GPU 0 held %.0f MiB by NVML, over the limit %.0f MiB + overhead %.0f MiB + "
+              "one piece" % (peak[0] / MiB, limit / MiB, over[0] / MiB))
+    gt.expect(int(st["held_peak"]["0"]) <= limit, "gvmshim held %s bytes at peak on GPU 0, limit %d"
+              % (st["held_peak"]["0"], limit))
+    gt.expect(st["alloc_failures"] == 0, "%d allocations failed" % st["alloc_failures"])
+    return got
+
+
+def case_host(ratio):
+    return lambda: limited_run(ratio, "host")
+
+
+def case_peer():
+    ref = native()
+    if ref.result["device_count"] < 2:
+        raise gt.Skip("needs 2 GPUs (have %d)" % ref.result["device_count"])
+    if not ref.result["peer"]:
+        raise gt.Skip("GPUs 0 and 1 have no peer access")
+    got = limited_run(1.5, "peer,host", peer=True)
+    gt.expect(got.stats["migrations_d2d"] > 0, "nothing moved to the peer GPU")
+
+
+def main():
+    return gt.suite_main("torch-limit", "torch", HANDLERS,
+                         [("limit_host_1_25x", case_host(1.25)), ("limit_host_1_5x", case_host(1.5)),
+                          ("limit_host_2x", case_host(2.0)), ("limit_peer_1_5x", case_peer)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
