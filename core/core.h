@@ -2,6 +2,7 @@
 #ifndef GVM_CORE_H
 #define GVM_CORE_H
 
+#include "core/hostaccess.h"
 #include "core/settings.h"
 
 #include <stdbool.h>
@@ -28,14 +29,5 @@ bool gvm_core_off(void);
 
 /* Marks the core serving, or off (disabled, or start failed). */
 void gvm_core_set_active(bool on);
-
-/* Lazy CPU access to host-resident memory: a SIGSEGV/SIGBUS handler that
- * grants the CPU access on the first touch and lets the access retry.
- * Faults that are not ours go to the handler that was there before. */
-int gvm_hostaccess_install(void);
-
-/* Grants the CPU access to addr when it is host-resident gvmshim memory
- * without it (before the driver's CPU side copies through it). */
-bool gvm_hostaccess_grant(uintptr_t addr);
 
 #endif

@@ -7,6 +7,8 @@
 #include "core/cuda_api.h"
 #include "core/driver_list.h"
 
+#include <stdint.h>
+
 #define GVM_DRIVER_FIELD(name) __typeof__(name) *name;
 struct gvm_driver {
     GVM_DRIVER_ALL(GVM_DRIVER_FIELD, GVM_DRIVER_FIELD)
@@ -32,8 +34,10 @@ int gvm_driver_load(const char *path, gvm_symbol_lookup lookup, char *err, size_
 /* The handle of the loaded driver library, or NULL. */
 void *gvm_driver_handle(void);
 
-/* Counts a call the core makes to the driver, by entry point. */
+/* Counts a call the core makes to the driver, by entry point; the counts
+ * (the summary's gvmshim_driver_calls). */
 void gvm_driver_count(enum gvm_driver_fn fn);
+extern uint64_t gvm_driver_calls[GVM_FN_COUNT];
 
 /* Calls a table entry and counts it: DRV(cuMemMap, va, size, 0, h, 0). */
 #define DRV(name, ...) (gvm_driver_count(GVM_FN_##name), gvm_drv.name(__VA_ARGS__))

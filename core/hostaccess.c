@@ -2,7 +2,7 @@
  * device mapping itself (19.8 ms vs 9.3 ms per GiB, H100, 2026-11-22): more
  * than the copy of a move. Most host-resident data is only ever read by
  * kernels, so by default the CPU side is mapped on its first touch, here. */
-#include "core/core.h"
+#include "core/hostaccess.h"
 
 #include "core/heap.h"
 #include "core/log.h"

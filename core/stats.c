@@ -132,6 +132,6 @@ void gvm_stats_write(FILE *out, int json, int ndev, const int64_t *device_used)
     if (device_used) write_outside(out, device_used, ndev, json);
     write_calls(out, "driver_calls", gvm_stats.calls, json);
     if (json) fprintf(out, ",\n");
-    write_calls(out, "gvmshim_driver_calls", gvm_stats.core_calls, json);
+    write_calls(out, "gvmshim_driver_calls", gvm_driver_calls, json);
     if (json) fprintf(out, "\n}\n");
 }

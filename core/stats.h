@@ -42,7 +42,6 @@ struct gvm_stats {
     int64_t peak_bytes[GVM_MAX_DEVICES];
     int64_t resident[GVM_LOC_SLOTS];       /* physical bytes of allocations, by location */
     uint64_t calls[GVM_FN_COUNT];          /* calls the program made, by entry point */
-    uint64_t core_calls[GVM_FN_COUNT];     /* calls gvmshim made to the driver */
 };
 
 extern struct gvm_stats gvm_stats;
