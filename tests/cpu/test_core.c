@@ -3,6 +3,7 @@
 #include "simcore.h"
 
 #include "core/capture.h"
+#include "core/held.h"
 #include "core/move.h"
 #include "core/slab.h"
 
@@ -555,6 +556,61 @@ static void capture_modes_forbid_as_cuda_says(void)
     CHECK(pthread_create(&t, NULL, other_thread_modes, NULL) == 0);
     pthread_join(t, NULL);
     CHECK_EQ(gvm_capture_end(s), 0);
+/* What core counts as held is what the driver gave it, wherever it sits:
+ * live, cached, in a chunk, pooled, on host. */
+static int held_matches_the_driver(void)
+{
+    return gvm_held_bytes(0) == simcuda_phys_bytes(0) && gvm_held_bytes(1) == simcuda_phys_bytes(1) &&
+           gvm_held_bytes(GVM_LOC_HOST) == simcuda_phys_bytes(SIMCUDA_LOC_HOST);
+}
+
+static void held_bytes_are_every_physical_byte(void)
+{
+    start2();
+    CHECK(held_matches_the_driver());
+    uintptr_t big = sim_alloc(20 * MiB), small = sim_alloc(3000), other = sim_alloc(8 * MiB);
+    CHECK(held_matches_the_driver());
+    CHECK_EQ(gvm_heap_free(other), CUDA_SUCCESS);          /* cached */
+    CHECK_EQ(gvm_migrate((void *)big, GVM_HOST), GVM_OK);  /* device pieces pooled */
+    CHECK_EQ(gvm_migrate((void *)small, 1), GVM_OK);
+    CHECK(held_matches_the_driver());
+    CHECK(gvm_held_bytes(0) >= 28 * MiB);
+    size_t peak = gvm_held_peak(0);
+    trim_all();
+    CHECK(held_matches_the_driver());
+    CHECK_EQ(gvm_held_peak(0), peak);
+    /* A failed creation reserves nothing; a release that fails once is retried. */
+    simcuda_fail_call("cuMemCreate", 1, CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(gvm_migrate((void *)big, 0), GVM_ERR_NO_MEMORY);
+    CHECK(held_matches_the_driver());
+    CHECK_EQ(gvm_migrate((void *)big, 0), GVM_OK);
+    simcuda_fail_call("cuMemRelease", 1, CUDA_ERROR_UNKNOWN);
+    CHECK_EQ(gvm_heap_free(big), CUDA_SUCCESS);
+    trim_all();
+    CHECK(held_matches_the_driver());
+}
+
+/* A cap refuses memory before the driver is asked, for every user of
+ * physical memory alike, and a cap of none is no cap. */
+static void capped_tune(struct gvm_settings *s) { s->hold_limit[0] = 32 * MiB; }
+
+static void the_cap_refuses_before_the_driver(void)
+{
+    sim_start(2, 512 * MiB, capped_tune);
+    CHECK_EQ(gvm_held_cap(0), 32 * MiB);
+    CHECK_EQ(gvm_held_cap(1), SIZE_MAX);
+    uintptr_t a = sim_alloc(24 * MiB);
+    unsigned long creates = simcuda_calls_of("cuMemCreate");
+    struct gvm_place pl = {.loc = 0};
+    uintptr_t p = 0;
+    CHECK_EQ(gvm_heap_alloc(16 * MiB, 0, current_ctx(), &pl, 0, &p), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(simcuda_calls_of("cuMemCreate"), creates);
+    CHECK(simcuda_phys_bytes(0) <= 32 * MiB);
+    uintptr_t b = sim_alloc_on(1, 64 * MiB);
+    CHECK_EQ(gvm_migrate((void *)b, 0), GVM_ERR_NO_MEMORY);
+    CHECK_EQ(gvm_heap_free(a), CUDA_SUCCESS);
+    CHECK_EQ(gvm_heap_alloc(16 * MiB, 0, current_ctx(), &pl, 0, &p), CUDA_SUCCESS);
+    CHECK(simcuda_phys_bytes(0) <= 32 * MiB);
 }
 
 static const struct test_case cases[] = {
@@ -584,6 +640,8 @@ static const struct test_case cases[] = {
     TEST_ENTRY(device_waits_refused_while_capturing)
     TEST_ENTRY(capture_modes_forbid_as_cuda_says)
     TEST_ENTRY(small_frees_past_the_pending_list_during_a_capture)
+    TEST_ENTRY(held_bytes_are_every_physical_byte)
+    TEST_ENTRY(the_cap_refuses_before_the_driver)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }

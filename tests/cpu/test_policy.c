@@ -432,10 +432,13 @@ static int check_seed(uintptr_t p, size_t n, uint32_t seed)
 /* Allocations, frees, touches, launch-style swap-ins and the promoter, on
  * a working set of `ratio` times the limit: the simulated device never
  * holds more than the limit, sampled all along, and no byte is lost. */
-static void churn_at(double ratio)
+static void churn_at(double ratio, void (*tune)(struct gvm_settings *))
 {
     const char *kv[] = {"device_limit", "0:64M", "spill", "host", "promote_interval", "1ms", NULL};
-    start_limited(kv);
+    gvm_config_defaults(&cfg);
+    for (const char *const *p = kv; p[0]; p += 2) set(p[0], p[1]);
+    sim_start(2, 512 * MiB, tune);
+    CHECK_EQ(gvm_policy_start(&cfg), CUDA_SUCCESS);
     size_t each = (size_t)((double)LIMIT * ratio / NBUF) & ~(size_t)0xfffff;
     uintptr_t buf[NBUF], small[4] = {0};
     uint32_t seed[NBUF];
@@ -480,9 +483,10 @@ static void churn_at(double ratio)
     for (int i = 0; i < NBUF; i++) CHECK(check_seed(buf[i], each, seed[i]));
 }
 
-static void the_limit_holds_at_1_25x(void) { churn_at(1.25); }
-static void the_limit_holds_at_1_5x(void) { churn_at(1.5); }
-static void the_limit_holds_at_2x(void) { churn_at(2.0); }
+static void the_limit_holds_at_1_25x(void) { churn_at(1.25, idle_memory_default_limited); }
+static void the_limit_holds_at_1_5x(void) { churn_at(1.5, idle_memory_default_limited); }
+static void the_limit_holds_at_2x(void) { churn_at(2.0, idle_memory_default_limited); }
+static void the_limit_holds_without_idle_memory(void) { churn_at(1.5, no_idle_memory_limited); }
 
 /* Without spill, idle memory (the cache of freed regions, pooled pieces)
  * is given back first; only then does an allocation fail, as natively. */
@@ -582,6 +586,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(the_limit_holds_at_1_25x)
     TEST_ENTRY(the_limit_holds_at_1_5x)
     TEST_ENTRY(the_limit_holds_at_2x)
+    TEST_ENTRY(the_limit_holds_without_idle_memory)
     TEST_ENTRY(spill_off_gives_idle_memory_back_then_fails)
     TEST_ENTRY(the_cap_is_enforced_below_the_policy)
     TEST_ENTRY(failure_during_a_swap_keeps_data)
