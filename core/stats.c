@@ -71,8 +71,8 @@ static void write_held(FILE *out, const char *name, per_location f, int n, int j
     for (int i = 0; i <= n; i++) {
         int loc = i < n ? i : GVM_LOC_HOST;
         size_t v = f(loc);
-        char key[16];
-        snprintf(key, sizeof key, i < n ? (json ? "%d" : "dev%d") : "host", i);
+        char key[16] = "host";
+        if (i < n) snprintf(key, sizeof key, json ? "%d" : "dev%d", i);
         if (json && v == SIZE_MAX)
             fprintf(out, "%s\"%s\": null", i ? ", " : "", key);
         else if (json)
