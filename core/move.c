@@ -302,21 +302,15 @@ static double now_ms(void)
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
-static CUresult move_blocks(struct gvm_region *r, int loc, bool quiesce);
-
-static void trace_move(struct gvm_region *r, const struct plan *p, int loc, uint64_t t0, bool ok)
+static void trace_move(struct gvm_region *r, const struct plan *p, int loc, const char *why, uint64_t t0, bool ok)
 {
     if (!__atomic_load_n(&gvm_trace_enabled, __ATOMIC_RELAXED)) return;
     size_t bytes = 0;
     for (int k = 0; k < p->ng; k++) bytes += p->g[k].len;
-    gvm_trace_move("move", r->base, bytes, r->blocks[p->g[0].b0].phys->loc, loc, t0, gvm_trace_now(), ok);
+    gvm_trace_move(why, r->base, bytes, r->blocks[p->g[0].b0].phys->loc, loc, t0, gvm_trace_now(), ok);
 }
 
-CUresult gvm_move_blocks(struct gvm_region *r, int loc) { return move_blocks(r, loc, true); }
-
-CUresult gvm_move_blocks_quiesced(struct gvm_region *r, int loc) { return move_blocks(r, loc, false); }
-
-static CUresult move_blocks(struct gvm_region *r, int loc, bool quiesce)
+CUresult gvm_move_blocks(struct gvm_region *r, int loc, bool quiesce, const char *why)
 {
     /* A move waits for the devices, which no open capture allows: it waits
      * for the capture to end, the caller decides how (core/capture.h). */
@@ -338,7 +332,7 @@ static CUresult move_blocks(struct gvm_region *r, int loc, bool quiesce)
     restore_capture(mode);
     gvm_debug("move of %#lx to %d: destinations %.2f ms, quiesce %.2f ms, copy+remap %.2f ms",
               (unsigned long)r->base, loc, t1 - t0, t2 - t1, now_ms() - t2);
-    trace_move(r, &p, loc, trace_t0, rc == CUDA_SUCCESS);
+    trace_move(r, &p, loc, why, trace_t0, rc == CUDA_SUCCESS);
     if (rc != CUDA_SUCCESS) {
         rollback(r, &p);
         r->last_error = rc;

@@ -14,6 +14,7 @@
 #include "core/ids.h"
 #include "core/region.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* The region whose address range holds p, announced as in use (waits while
@@ -38,14 +39,13 @@ void gvm_move_enter(struct gvm_region *r);
 void gvm_move_leave(struct gvm_region *r);
 
 /* Moves every block of r that is not at loc there: destinations first
- * (failure changes nothing), then quiesce, then copy block i on the copy
- * engines while block i-1 is remapped. Caller holds r->op and has entered
- * the move (gvm_move_enter). On failure every block is back where it was. */
-CUresult gvm_move_blocks(struct gvm_region *r, int loc);
-
-/* The same, for a caller that has just quiesced the devices itself: two
- * moves running at once (one in, one out) must not each wait for the
- * other's copies, which a quiesce would. */
-CUresult gvm_move_blocks_quiesced(struct gvm_region *r, int loc);
+ * (failure changes nothing), then, with `quiesce`, a wait for all queued
+ * work (without: the caller has just waited itself, since two moves running
+ * at once, one in and one out, must not each wait for the other's copies),
+ * then copy block i on the copy engines while block i-1 is remapped. `why`
+ * names the move in the trace ("spill", "promote"...). Caller holds r->op
+ * and has entered the move (gvm_move_enter). On failure every block is
+ * back where it was. */
+CUresult gvm_move_blocks(struct gvm_region *r, int loc, bool quiesce, const char *why);
 
 #endif

@@ -6,9 +6,19 @@
 #include "core/stats.h"
 #include "core/topo.h"
 
+/* What a move is, as the trace names it. */
+static const char *reason(unsigned how)
+{
+    if (how & GVM_RELOC_SPILL) return "spill";
+    if (how & GVM_RELOC_PROMOTE) return "promote";
+    if (how & GVM_RELOC_PAUSE) return "pause";
+    if (how & GVM_RELOC_RESUME) return "resume";
+    return "migrate";
+}
+
 static CUresult move_to(struct gvm_region *r, int loc, unsigned how)
 {
-    return how & GVM_RELOC_QUIESCED ? gvm_move_blocks_quiesced(r, loc) : gvm_move_blocks(r, loc);
+    return gvm_move_blocks(r, loc, !(how & GVM_RELOC_QUIESCED), reason(how));
 }
 
 /* Whether r's state allows the move `how` asks for. */

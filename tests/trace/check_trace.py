@@ -54,6 +54,8 @@ for ev in trace:
 slices = [e for e in trace if e.get("ph") == "X"]
 moves = stats["migrations_d2h"] + stats["migrations_h2d"] + stats["migrations_d2d"] + stats["migrations_failed"]
 check(len(slices) == moves, "one slice per move: %d slices, %d moves" % (len(slices), moves))
+check(all(e["name"] in ("migrate", "spill", "promote", "pause", "resume") for e in slices),
+      "each slice says why it moved: %s" % sorted(set(e["name"] for e in slices)))
 moved = sum(e["args"]["bytes"] for e in slices if e["args"]["ok"])
 check(moved == stats["bytes_migrated"], "slice bytes %d == bytes_migrated %d" % (moved, stats["bytes_migrated"]))
 for e in slices:
