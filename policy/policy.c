@@ -26,13 +26,15 @@ size_t gvm_policy_limit(int loc)
     return gvm_policy.limit[loc];
 }
 
-bool gvm_policy_fits(int loc, size_t bytes)
+size_t gvm_policy_room(int loc)
 {
     size_t lim = gvm_policy_limit(loc);
-    if (lim == SIZE_MAX) return true;
+    if (lim == SIZE_MAX) return SIZE_MAX;
     size_t used = gvm_policy_usage(loc);
-    return used <= lim && bytes <= lim - used;
+    return lim > used ? lim - used : 0;
 }
+
+bool gvm_policy_fits(int loc, size_t bytes) { return bytes <= gvm_policy_room(loc); }
 
 int gvm_policy_best_peer(int device, size_t bytes)
 {
@@ -40,8 +42,7 @@ int gvm_policy_best_peer(int device, size_t bytes)
     size_t best_room = 0;
     for (int d = 0; d < gvm_topo.ndev; d++) {
         if (d == device || !gvm_topo.dev[d].vmm || !gvm_topo_reaches(device, d)) continue;
-        size_t lim = gvm_policy_limit(d), used = gvm_policy_usage(d);
-        size_t room = lim > used ? lim - used : 0;
+        size_t room = gvm_policy_room(d);
         if (room >= bytes && room > best_room) {
             best = d;
             best_room = room;

@@ -24,6 +24,9 @@ extern struct gvm_policy gvm_policy;
 size_t gvm_policy_usage(int loc);
 size_t gvm_policy_limit(int loc);
 
+/* Bytes that still fit under loc's limit (SIZE_MAX: no limit). */
+size_t gvm_policy_room(int loc);
+
 /* True when `bytes` more fit under loc's limit. */
 bool gvm_policy_fits(int loc, size_t bytes);
 

@@ -93,8 +93,7 @@ static void swap_in(struct gvm_region *r, struct gvm_region *const *used, int n)
 {
     int device = GVM_LOAD(r->home);
     if (device < 0 || device >= gvm_topo.ndev) return;
-    size_t need = GVM_LOAD(r->mapped), lim = gvm_policy_limit(device), usage = gvm_policy_usage(device);
-    size_t room = lim > usage ? lim - usage : 0;
+    size_t need = GVM_LOAD(r->mapped), room = gvm_policy_room(device);
     struct gvm_victims v = {0};
     if (need > room && !gvm_victims_for_swap(device, need - room, GVM_LOAD(r->last_use), used, n, &v)) {
         gvm_victims_free(&v);
