@@ -556,6 +556,8 @@ static void capture_modes_forbid_as_cuda_says(void)
     CHECK(pthread_create(&t, NULL, other_thread_modes, NULL) == 0);
     pthread_join(t, NULL);
     CHECK_EQ(gvm_capture_end(s), 0);
+}
+
 /* What core counts as held is what the driver gave it, wherever it sits:
  * live, cached, in a chunk, pooled, on host. */
 static int held_matches_the_driver(void)

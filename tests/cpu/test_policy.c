@@ -9,10 +9,12 @@
 #include "policy/config.h"
 #include "policy/place.h"
 #include "policy/policy.h"
+#include "policy/settings.h"
 #include "policy/spill.h"
 #include "policy/tags.h"
 
 #include <pthread.h>
+#include <string.h>
 #include <time.h>
 
 static struct gvm_config cfg;
@@ -34,10 +36,17 @@ static void set(const char *name, const char *value)
 }
 
 /* The caps core enforces come from the policy's configuration. */
+static void limits_from_cfg(struct gvm_settings *s)
+{
+    struct gvm_settings p;
+    gvm_policy_settings(&cfg, &gvm_topo, &p);
+    memcpy(s->hold_limit, p.hold_limit, sizeof s->hold_limit);
+}
+
 static void no_idle_memory_limited(struct gvm_settings *s)
 {
     no_idle_memory(s);
-    gvm_policy_settings(&cfg, s);
+    limits_from_cfg(s);
 }
 
 static void start_policy(const char *const *kv)
@@ -367,7 +376,7 @@ static void failure_while_spilling_keeps_data(void)
 /* ---- the device limit holds what the device really gives ------------------ */
 
 /* Caches and pools at their defaults: the limit must hold them too. */
-static void idle_memory_default_limited(struct gvm_settings *s) { gvm_policy_settings(&cfg, s); }
+static void idle_memory_default_limited(struct gvm_settings *s) { limits_from_cfg(s); }
 
 static void start_limited(const char *const *kv)
 {
