@@ -14,6 +14,7 @@
 #include "policy/spill.h"
 
 #include <pthread.h>
+#include <signal.h>
 #include <time.h>
 
 #define WORKERS 4
@@ -89,6 +90,7 @@ struct alloc {
     uintptr_t p, alias;
     size_t size, alias_size;         /* an alias keeps the length it had */
     uint32_t seed;
+    int home;                        /* where it belongs: 0, or where gvm_migrate sent it */
 };
 
 struct worker {
@@ -130,6 +132,7 @@ static void do_alloc(struct worker *w, struct alloc *a)
 {
     a->size = pick_size(w);
     CHECK_EQ(gvm_policy_alloc(a->size, 0, ctx0, 0, &a->p), CUDA_SUCCESS);
+    a->home = 0;
     fill_with(w, a, __atomic_add_fetch(&seeds, 1, __ATOMIC_RELAXED));
     publish(a->p, &w->rng);
 }
@@ -159,8 +162,10 @@ static void do_free(struct worker *w, struct alloc *a)
 static void do_migrate(struct worker *w, struct alloc *a)
 {
     static const int to[] = {GVM_HOST, 1, 0};
-    gvm_status st = gvm_migrate((void *)a->p, to[rnd(&w->rng) % 3]);
+    int loc = to[rnd(&w->rng) % 3];
+    gvm_status st = gvm_migrate((void *)a->p, loc);
     CHECK(st == GVM_OK || st == GVM_ERR_NO_MEMORY);
+    if (st == GVM_OK) a->home = loc;
     check_view(w, a, a->p, a->size);
 }
 
@@ -206,12 +211,18 @@ static void do_copy(struct worker *w, struct alloc *a, struct alloc *b)
     fill_with(w, b, __atomic_add_fetch(&seeds, 1, __ATOMIC_RELAXED));
 }
 
-static void do_query(struct alloc *a)
+static void do_query(const struct alloc *a)
 {
     gvm_info info;
     CHECK_EQ(gvm_query((void *)a->p, &info), GVM_OK);
     CHECK_EQ((uintptr_t)info.base, a->p);
     CHECK_EQ(info.size, a->size);
+    /* The policy moves a large allocation only off device 0 (to host) and
+     * back to where it belongs; a small one shares its chunk's fate. */
+    if (!info.packed && info.location != a->home && info.location != GVM_HOST) {
+        fprintf(stderr, "%#lx belongs at %d and is at %d\n", (unsigned long)a->p, a->home, info.location);
+        exit(1);
+    }
 }
 
 static void step(struct worker *w)
@@ -348,10 +359,11 @@ static void run(void *(*fn)(void *), struct worker *w, int nworkers, bool prober
     __atomic_store_n(&stop, 2, __ATOMIC_RELEASE);
     pthread_join(dog, NULL);
     printf("stress: %ld operations, %ld probes, %lu spills, %lu promotions in %.0f ms\n", ops, probes,
-           (unsigned long)gvm_stats.spills, (unsigned long)gvm_stats.promotions, ms);
+           (unsigned long)__atomic_load_n(&gvm_stats.spills, __ATOMIC_RELAXED),
+           (unsigned long)__atomic_load_n(&gvm_stats.promotions, __ATOMIC_RELAXED), ms);
     CHECK(ops > 0);
     /* Nothing failed on purpose: every move must have succeeded. */
-    CHECK_EQ(gvm_stats.migrations_failed, 0);
+    CHECK_EQ(__atomic_load_n(&gvm_stats.migrations_failed, __ATOMIC_RELAXED), 0);
     CHECK_NO_LEAK(before);
 }
 
@@ -394,7 +406,69 @@ static void small_chunks_come_and_go_while_promoted(void)
     run(churn_small, w, WORKERS, true);
 }
 
+/* ---- lifetimes, one interleaving at a time ------------------------------ */
+
+static void no_cache(struct gvm_settings *s)
+{
+    for (int d = 0; d < GVM_MAX_DEVICES; d++) s->cache_limit[d] = 0;
+}
+
+static void alarm_after(unsigned seconds)
+{
+    signal(SIGALRM, SIG_DFL);   /* a hang kills the case */
+    alarm(seconds);
+}
+
+/* A copy announced on an allocation that another thread frees meanwhile
+ * (the program's race) ends after the record was reused: the new
+ * allocation's count of announced users must come out right, or its next
+ * move waits forever for a user that left. */
+static void a_stale_announcement_ends_on_the_reused_record(void)
+{
+    sim_start(2, 512 * MiB, no_cache);
+    uintptr_t p = sim_alloc(4 * MiB);
+    struct gvm_region *r = gvm_use_begin(p);
+    CHECK(r != NULL);
+    CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
+    uintptr_t q = sim_alloc(4 * MiB);
+    CHECK(gvm_heap_region(q) == r);     /* the record was reused */
+    gvm_use_end(r);
+    alarm_after(10);
+    fill(q, 4 * MiB, 5);
+    CHECK_EQ(gvm_migrate((void *)q, GVM_HOST), GVM_OK);
+    CHECK(intact(q, 4 * MiB, 5));
+    CHECK_EQ(gvm_heap_free(q), CUDA_SUCCESS);
+}
+
+/* What a lock-free lookup can see when an alias record is unaliased and
+ * reset for reuse between its reads: kind ALIAS still, no target. Every
+ * reader must answer "not ours" instead of following the NULL. */
+static void lookups_survive_an_alias_record_reset_under_them(void)
+{
+    sim_start(2, 512 * MiB, NULL);
+    struct gvm_region *a = gvm_region_new();
+    CHECK(a != NULL);
+    CHECK_EQ(gvm_region_reserve(a, gvm_topo.gran), CUDA_SUCCESS);
+    GVM_STORE(a->kind, GVM_REGION_ALIAS);
+    GVM_STORE(a->mapped, gvm_topo.gran);
+    __atomic_store_n(&a->state, GVM_REGION_LIVE, __ATOMIC_RELEASE);
+    CHECK_EQ(gvm_region_publish(a), 0);
+    uintptr_t p = a->base + 64;
+    struct gvm_ref ref;
+    CHECK(!gvm_heap_find(p, &ref));
+    CHECK(gvm_heap_region(p) == NULL);
+    CHECK(gvm_use_begin(p) == NULL);
+    CHECK(!gvm_hostaccess_grant(p));
+    CHECK_EQ(gvm_unalias((void *)p), GVM_ERR_UNKNOWN_POINTER);
+    gvm_region_unpublish(a);
+    __atomic_store_n(&a->state, GVM_REGION_FREE, __ATOMIC_RELEASE);
+    CHECK_EQ(gvm_drv.cuMemAddressFree((CUdeviceptr)a->base, a->reserved), CUDA_SUCCESS);
+    gvm_region_recycle(a);
+}
+
 static const struct test_case cases[] = {
+    TEST_ENTRY(a_stale_announcement_ends_on_the_reused_record)
+    TEST_ENTRY(lookups_survive_an_alias_record_reset_under_them)
     TEST_ENTRY(small_chunks_come_and_go_while_promoted)
     TEST_ENTRY(everything_at_once_keeps_data)
 };
