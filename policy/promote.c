@@ -52,7 +52,10 @@ static bool promote(struct gvm_region *r, int device)
 {
     pthread_mutex_lock(&r->op);
     bool ok = false;
-    if (r->state == GVM_REGION_LIVE && r->spilled_at && !(r->flags & GVM_RF_PAUSED)) {
+    /* The record may have been freed and reused since it was gathered:
+     * only an allocation that belongs on device goes there. */
+    if (GVM_LOAD(r->state) == GVM_REGION_LIVE && GVM_LOAD(r->spilled_at) && !(r->flags & GVM_RF_PAUSED) &&
+        GVM_LOAD(r->home) == device) {
         gvm_move_enter(r);
         ok = gvm_move_blocks(r, device) == CUDA_SUCCESS;
         gvm_move_leave(r);
