@@ -44,11 +44,15 @@ size_t gvm_slab_idle_bytes(int device);
 /* Waits for device and makes its pending slots free. */
 void gvm_slab_flush(int device);
 
-/* Gives back every empty chunk of device (when memory runs short). */
+/* Gives back every empty chunk of device (when memory runs short). Call
+ * it, like gvm_slab_flush and gvm_slab_alloc, holding no region lock. */
 size_t gvm_slab_trim(int device);
 
 /* New buffer ids for every slot of a chunk (after its memory moved). */
 void gvm_slab_renew_ids(struct gvm_region *r);
+
+/* The buffer id of a slot (lock-free; 0 if the chunk went meanwhile). */
+uint64_t gvm_slab_buffer_id(const struct gvm_region *r, int slot);
 
 uint64_t gvm_next_buffer_id(void);
 
