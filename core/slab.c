@@ -134,6 +134,7 @@ static CUresult slab_new(int device, int cidx, int tag, CUcontext ctx, struct gv
     s->chunk = r;
     s->device = device;
     s->tag = tag;
+    s->at_home = true;
     GVM_STORE(r->last_use, gvm_clock_tick());
     __atomic_store_n(&r->state, GVM_REGION_LIVE, __ATOMIC_RELEASE);
     gvm_heap_track(r);   /* chunks move, spill and pause like any region */
@@ -154,22 +155,25 @@ fail:
     return rc;
 }
 
-/* Whether chunk r is all on its device and not paused: read under its
- * lock, which a move holds while it changes the blocks. Called with
- * slab_lock held, so only tried (lock order: a region, then slab_lock); a
- * chunk busy moving or being freed counts as elsewhere. */
-static bool chunk_at_home(struct gvm_region *r, int device)
+/* Whether s's chunk is all on its device and not paused: read under the
+ * chunk's lock, which a move holds while it changes the blocks. Called
+ * with slab_lock held, so only tried (lock order: a region, then
+ * slab_lock); a chunk locked at the moment (a free, a query, a move)
+ * answers what it was last seen to be. */
+static bool chunk_at_home(struct gvm_slab *s)
 {
-    if (pthread_mutex_trylock(&r->op)) return false;
-    bool home = !(r->flags & GVM_RF_PAUSED) && gvm_region_location(r) == device;
-    pthread_mutex_unlock(&r->op);
-    return home;
+    struct gvm_region *r = s->chunk;
+    if (pthread_mutex_trylock(&r->op) == 0) {
+        s->at_home = !(r->flags & GVM_RF_PAUSED) && gvm_region_location(r) == s->device;
+        pthread_mutex_unlock(&r->op);
+    }
+    return s->at_home;
 }
 
 /* A chunk may take new slots only where its device's allocations belong. */
-static bool slab_usable(const struct gvm_slab *s, int tag)
+static bool slab_usable(struct gvm_slab *s, int tag)
 {
-    return s->nfree && s->tag == tag && chunk_at_home(s->chunk, s->device);
+    return s->nfree && s->tag == tag && chunk_at_home(s);
 }
 
 static size_t reap(int device);
@@ -357,7 +361,7 @@ static void maybe_drop_chunk(struct gvm_slab *s)
     bool other_empty = false;
     for (struct gvm_slab *o = lists[s->device][s->cidx]; o; o = o->next)
         if (o != s && o->nfree == o->nslots) other_empty = true;
-    if (!other_empty && chunk_at_home(s->chunk, s->device)) return;
+    if (!other_empty && chunk_at_home(s)) return;
     doom(s);
 }
 
@@ -415,7 +419,9 @@ size_t gvm_slab_trim(int device)
 void gvm_slab_renew_ids(struct gvm_region *r)
 {
     struct gvm_slab *s = r->slab;
+    bool home = !(r->flags & GVM_RF_PAUSED) && gvm_region_location(r) == r->device;   /* r->op is held */
     pthread_mutex_lock(&slab_lock);
+    s->at_home = home;
     for (unsigned i = 0; i < s->nslots; i++)
         if (s->sizes[i]) GVM_STORE(s->ids[i], gvm_next_buffer_id());
     pthread_mutex_unlock(&slab_lock);

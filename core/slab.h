@@ -6,6 +6,7 @@
 
 #include "core/region.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define GVM_SLAB_MAX_SLOTS 8192 /* 2 MiB / 256 B */
@@ -20,6 +21,7 @@ struct gvm_slab {
     uint64_t *ids;              /* buffer id per slot */
     uint16_t *aliased;          /* aliases per slot: a freed aliased slot stays taken */
     int flushing;               /* scratch mark while pending slots are released */
+    bool at_home;               /* its chunk, when last seen under its lock: on its device, not paused */
     struct gvm_slab *next, *prev;   /* the (device, class) list */
 };
 
