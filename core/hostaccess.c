@@ -25,7 +25,7 @@ bool gvm_hostaccess_grant(uintptr_t addr)
     if (!r) return false;
     pthread_mutex_lock(&r->op);
     /* Both records may have been retired and reused since the lookup. */
-    bool ok = false, same = gvm_vamap_get(addr) == view && GVM_LOAD(view->state) == GVM_REGION_LIVE &&
+    bool ok = false, same = gvm_vamap_get(addr) == view && gvm_region_live(view) &&
                            (view == r || __atomic_load_n(&view->target, __ATOMIC_ACQUIRE) == r);
     int i = same && addr < GVM_LOAD(view->base) + GVM_LOAD(view->mapped)
                 ? gvm_region_block_at(r, addr - GVM_LOAD(view->base)) : -1;

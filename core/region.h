@@ -83,6 +83,13 @@ struct gvm_region *gvm_region_new(void);
  * lock not held by the caller. */
 void gvm_region_recycle(struct gvm_region *r);
 
+/* Whether r is live; what was written before it became live is visible
+ * (a record seen through a stale pointer may have been reused since). */
+static inline bool gvm_region_live(const struct gvm_region *r)
+{
+    return __atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == GVM_REGION_LIVE;
+}
+
 /* For lock-free readers: the generation to compare with gvm_region_stable
  * after reading the record's fields. */
 static inline unsigned gvm_region_gen(const struct gvm_region *r)

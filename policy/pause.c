@@ -119,7 +119,7 @@ static gvm_status run(const char *tag, bool resume, int flags)
     for (size_t i = 0; i < l.n && rc == CUDA_SUCCESS; i++) {
         struct gvm_region *r = l.r[i];
         pthread_mutex_lock(&r->op);
-        if (GVM_LOAD(r->state) == GVM_REGION_LIVE && ((r->flags & GVM_RF_PAUSED) != 0) == resume)
+        if (gvm_region_live(r) && ((r->flags & GVM_RF_PAUSED) != 0) == resume)
             rc = resume ? resume_one(r) : pause_one(r, flags);
         pthread_mutex_unlock(&r->op);
     }

@@ -54,7 +54,7 @@ static bool promote(struct gvm_region *r, int device)
     bool ok = false;
     /* The record may have been freed and reused since it was gathered:
      * only an allocation that belongs on device goes there. */
-    if (GVM_LOAD(r->state) == GVM_REGION_LIVE && GVM_LOAD(r->spilled_at) && !(r->flags & GVM_RF_PAUSED) &&
+    if (gvm_region_live(r) && GVM_LOAD(r->spilled_at) && !(r->flags & GVM_RF_PAUSED) &&
         GVM_LOAD(r->home) == device) {
         gvm_move_enter(r);
         ok = gvm_move_blocks(r, device) == CUDA_SUCCESS;

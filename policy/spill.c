@@ -75,7 +75,7 @@ static bool evict_q(struct gvm_region *r, int device, bool quiesced)
 {
     pthread_mutex_lock(&r->op);
     bool ok = false;
-    if (GVM_LOAD(r->state) == GVM_REGION_LIVE && !(r->flags & (GVM_RF_PAUSED | GVM_RF_PINNED)) &&
+    if (gvm_region_live(r) && !(r->flags & (GVM_RF_PAUSED | GVM_RF_PINNED)) &&
         gvm_region_location(r) == device) {
         int to = pick_target(device, r->mapped);
         if (to != GVM_LOC_NONE) {
@@ -211,7 +211,7 @@ static bool promote_now(struct gvm_region *r, int device, bool quiesced)
 {
     pthread_mutex_lock(&r->op);
     bool ok = false;
-    if (GVM_LOAD(r->state) == GVM_REGION_LIVE && GVM_LOAD(r->spilled_at) && !(r->flags & GVM_RF_PAUSED) &&
+    if (gvm_region_live(r) && GVM_LOAD(r->spilled_at) && !(r->flags & GVM_RF_PAUSED) &&
         GVM_LOAD(r->home) == device) {
         gvm_move_enter(r);
         ok = (quiesced ? gvm_move_blocks_quiesced(r, device) : gvm_move_blocks(r, device)) == CUDA_SUCCESS;
