@@ -77,16 +77,15 @@ GVM_EXPORT gvm_status gvm_migrate(const void *ptr, int location)
 
 /* ---- alias ---------------------------------------------------------- */
 
-static CUresult make_alias(struct gvm_region *t, int slot, struct gvm_region **out)
+/* Makes a (a new record) an alias of t, whose lock the caller holds. */
+static CUresult make_alias(struct gvm_region *a, struct gvm_region *t, int slot)
 {
-    struct gvm_region *a = gvm_region_new();
-    if (!a) return CUDA_ERROR_OUT_OF_MEMORY;
     CUresult rc = gvm_region_reserve(a, t->mapped);
     if (rc != CUDA_SUCCESS) goto recycle;
-    a->kind = GVM_REGION_ALIAS;
-    a->target = t;
+    GVM_STORE(a->kind, GVM_REGION_ALIAS);
+    __atomic_store_n(&a->target, t, __ATOMIC_RELEASE);
     a->device = t->device;
-    a->alias_slot = slot;
+    GVM_STORE(a->alias_slot, slot);
     if ((rc = gvm_region_mirror(a, t)) != CUDA_SUCCESS) goto unreserve;
     if (gvm_region_publish(a)) {
         rc = CUDA_ERROR_OUT_OF_MEMORY;
@@ -94,7 +93,6 @@ static CUresult make_alias(struct gvm_region *t, int slot, struct gvm_region **o
         gvm_region_unmirror(a);
         goto unreserve;
     }
-    *out = a;
     return CUDA_SUCCESS;
 unreserve:
     DRV(cuMemAddressFree, (CUdeviceptr)a->base, a->reserved);
@@ -106,15 +104,24 @@ recycle:
 GVM_EXPORT gvm_status gvm_alias(const void *ptr, void **alias_out)
 {
     if (!alias_out) return GVM_ERR_INVALID;
+    if (!gvm_core_active()) return gvm_core_off() ? GVM_ERR_INACTIVE : GVM_ERR_UNKNOWN_POINTER;
+    /* The record first: taking one may wait for its lock, and no region
+     * lock may be held then. */
+    struct gvm_region *a = gvm_region_new();
+    if (!a) return GVM_ERR_NO_MEMORY;
     struct gvm_ref ref;
     gvm_status st = lock_ref(ptr, &ref);
-    if (st) return st;
+    if (st) {
+        gvm_region_recycle(a);
+        return st;
+    }
     if (capturing()) {
         pthread_mutex_unlock(&ref.region->op);
+        gvm_region_recycle(a);
         return GVM_ERR_BUSY;
     }
-    struct gvm_region *t = ref.region, *a = NULL;
-    CUresult rc = make_alias(t, ref.slot, &a);
+    struct gvm_region *t = ref.region;
+    CUresult rc = make_alias(a, t, ref.slot);
     if (rc == CUDA_SUCCESS) {
         a->aliases = t->aliases;
         t->aliases = a;
@@ -132,7 +139,7 @@ GVM_EXPORT gvm_status gvm_alias(const void *ptr, void **alias_out)
 static struct gvm_region *find_alias(uintptr_t p)
 {
     struct gvm_region *a = gvm_vamap_get(p);
-    return a && a->kind == GVM_REGION_ALIAS ? a : NULL;
+    return a && GVM_LOAD(a->kind) == GVM_REGION_ALIAS ? a : NULL;
 }
 
 static void unlink_alias(struct gvm_region *t, struct gvm_region *a)
@@ -149,9 +156,11 @@ GVM_EXPORT gvm_status gvm_unalias(void *alias)
     struct gvm_region *a = find_alias((uintptr_t)alias);
     if (!a) return GVM_ERR_UNKNOWN_POINTER;
     if (capturing()) return GVM_ERR_BUSY;
-    struct gvm_region *t = a->target;
+    struct gvm_region *t = __atomic_load_n(&a->target, __ATOMIC_ACQUIRE);
+    if (!t) return GVM_ERR_UNKNOWN_POINTER;   /* unaliased and reused meanwhile */
     pthread_mutex_lock(&t->op);
-    if (__atomic_load_n(&a->state, __ATOMIC_ACQUIRE) != GVM_REGION_LIVE || a->target != t) {
+    if (__atomic_load_n(&a->state, __ATOMIC_ACQUIRE) != GVM_REGION_LIVE ||
+        __atomic_load_n(&a->target, __ATOMIC_ACQUIRE) != t) {
         pthread_mutex_unlock(&t->op);
         return GVM_ERR_UNKNOWN_POINTER;
     }
@@ -216,7 +225,7 @@ static gvm_status resize_large(struct gvm_region *r, size_t new_size)
     }
     if (rc != CUDA_SUCCESS) return from_cu(rc);
     gvm_stats_live(r->device, (int64_t)new_size - (int64_t)r->size);
-    r->size = new_size;
+    GVM_STORE(r->size, new_size);
     return GVM_OK;
 }
 

@@ -130,17 +130,25 @@ void gvm_heap_settle_deferred(void)
     }
 }
 
-static void region_dispose(struct gvm_region *r)
+/* Unmaps and releases r, unless the wait for its users is refused by an
+ * open capture (then it is deferred; false). The caller recycles a
+ * released record once it no longer holds r->op. */
+static bool region_release(struct gvm_region *r)
 {
     /* Unmapping memory a kernel still reads would kill the kernel. */
     if (r->state == GVM_REGION_CACHED &&
         gvm_topo_settle(r->device, r->freed_at) == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
         defer(r);
-        return;
+        return false;
     }
     gvm_region_unpublish(r);
     gvm_region_destroy(r);
-    gvm_region_recycle(r);
+    return true;
+}
+
+static void region_dispose(struct gvm_region *r)
+{
+    if (region_release(r)) gvm_region_recycle(r);
 }
 
 /* Evicts the oldest cached regions of device until `need` more bytes fit
@@ -218,7 +226,7 @@ static CUresult new_region(size_t rounded, int device, CUcontext ctx, const stru
         gvm_region_recycle(r);
         return rc;
     }
-    r->kind = GVM_REGION_LARGE;
+    GVM_STORE(r->kind, GVM_REGION_LARGE);
     r->device = device;
     r->home = pl->spill ? device : pl->loc;
     r->ctx = ctx;
@@ -253,11 +261,11 @@ static CUresult alloc_large(size_t size, int device, CUcontext ctx, const struct
         CUresult rc = new_region(rounded, device, ctx, pl, &r);
         if (rc != CUDA_SUCCESS) return rc;
     }
-    r->size = size;
+    GVM_STORE(r->size, size);
     GVM_STORE(r->tag, tag);
     GVM_STORE(r->flags, 0u);
-    r->buffer_id = gvm_next_buffer_id();
-    r->last_use = gvm_clock_tick();   /* a new allocation is about to be used */
+    GVM_STORE(r->buffer_id, gvm_next_buffer_id());
+    GVM_STORE(r->last_use, gvm_clock_tick());   /* a new allocation is about to be used */
     GVM_STORE(r->spilled_at, pl->spill ? gvm_clock_tick() : 0);
     if (pl->spill) {
         gvm_stat_inc(spills);
@@ -297,48 +305,64 @@ CUresult gvm_heap_alloc(size_t size, int device, CUcontext ctx, const struct gvm
 struct gvm_region *gvm_heap_region(uintptr_t p)
 {
     struct gvm_region *r = gvm_vamap_get(p);
-    if (r && __atomic_load_n(&r->kind, __ATOMIC_RELAXED) == GVM_REGION_ALIAS)
-        r = __atomic_load_n(&r->target, __ATOMIC_ACQUIRE);
+    /* An alias record recycled meanwhile has no target: not ours now. */
+    if (r && GVM_LOAD(r->kind) == GVM_REGION_ALIAS) r = __atomic_load_n(&r->target, __ATOMIC_ACQUIRE);
     return r;
+}
+
+/* The allocation in live region r at p (an address of r's own range). */
+static bool find_in(struct gvm_region *r, uintptr_t p, struct gvm_ref *ref)
+{
+    if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) != GVM_REGION_LIVE) return false;
+    uintptr_t base = GVM_LOAD(r->base);
+    ref->region = r;
+    if (GVM_LOAD(r->kind) == GVM_REGION_CHUNK) {
+        if (!gvm_slab_find(r, p, &ref->base, &ref->size, &ref->slot)) return false;
+    } else {
+        size_t size = GVM_LOAD(r->size);
+        if (p < base || p >= base + size) return false;
+        ref->base = base;
+        ref->size = size;
+        ref->slot = -1;
+    }
+    ref->off = ref->base - base;
+    return true;
 }
 
 bool gvm_heap_find(uintptr_t p, struct gvm_ref *ref)
 {
     struct gvm_region *r = gvm_vamap_get(p);
     if (!r) return false;
+    /* Records may be retired and reused while we read them: what we read
+     * counts only if neither the view nor the region changed generation. */
+    unsigned vgen = gvm_region_gen(r);
+    struct gvm_region *view = r;
     uintptr_t shift = 0;
     int only_slot = -1;
-    if (__atomic_load_n(&r->kind, __ATOMIC_RELAXED) == GVM_REGION_ALIAS) {
-        struct gvm_region *a = r;
-        if (__atomic_load_n(&a->state, __ATOMIC_ACQUIRE) != GVM_REGION_LIVE || p >= a->base + a->mapped)
+    if (GVM_LOAD(r->kind) == GVM_REGION_ALIAS) {
+        if (__atomic_load_n(&view->state, __ATOMIC_ACQUIRE) != GVM_REGION_LIVE ||
+            p >= GVM_LOAD(view->base) + GVM_LOAD(view->mapped))
             return false;
-        r = a->target;
-        shift = a->base - r->base;
+        r = __atomic_load_n(&view->target, __ATOMIC_ACQUIRE);
+        if (!r) return false;
+        shift = GVM_LOAD(view->base) - GVM_LOAD(r->base);
         p -= shift;
-        only_slot = a->alias_slot;
+        only_slot = GVM_LOAD(view->alias_slot);
     }
-    if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) != GVM_REGION_LIVE) return false;
-    ref->region = r;
-    if (r->kind == GVM_REGION_CHUNK) {
-        if (!gvm_slab_find(r, p, &ref->base, &ref->size, &ref->slot)) return false;
-        /* An alias of a small allocation shows its whole chunk, but only
-         * that allocation has a second address. */
-        if (only_slot >= 0 && ref->slot != only_slot) return false;
-    } else {
-        if (p < r->base || p >= r->base + r->size) return false;
-        ref->base = r->base;
-        ref->size = r->size;
-        ref->slot = -1;
-    }
-    ref->off = ref->base - r->base;
+    unsigned rgen = gvm_region_gen(r);
+    if (!find_in(r, p, ref)) return false;
+    /* An alias of a small allocation shows its whole chunk, but only that
+     * allocation has a second address. */
+    if (only_slot >= 0 && ref->slot != only_slot) return false;
+    if (!gvm_region_stable(view, vgen) || !gvm_region_stable(r, rgen)) return false;
     ref->base += shift;
     return true;
 }
 
 uint64_t gvm_heap_buffer_id(const struct gvm_ref *ref)
 {
-    if (ref->slot >= 0) return ref->region->slab->ids[ref->slot];
-    return ref->region->buffer_id;
+    if (ref->slot >= 0) return gvm_slab_buffer_id(ref->region, ref->slot);
+    return GVM_LOAD(ref->region->buffer_id);
 }
 
 /* ---- free ------------------------------------------------------------- */
@@ -366,7 +390,8 @@ static CUresult free_small(struct gvm_region *r, uintptr_t p)
     return rc;
 }
 
-static CUresult free_large(struct gvm_region *r, uintptr_t p)
+/* Sets *dead when r was released: the caller recycles it after unlocking. */
+static CUresult free_large(struct gvm_region *r, uintptr_t p, bool *dead)
 {
     if (p != r->base) return p < r->base + r->size ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_FOUND;
     bool cacheable = !r->aliases && r->home == r->device && !(r->flags & GVM_RF_PAUSED) &&
@@ -384,7 +409,7 @@ static CUresult free_large(struct gvm_region *r, uintptr_t p)
             return CUDA_SUCCESS;
         }
         if (rc != CUDA_SUCCESS) gvm_warn("waiting for the device before an unmap failed (%d)", rc);
-        region_dispose(r);
+        *dead = region_release(r);
         return CUDA_SUCCESS;
     }
     CUresult rc = wait_for_users(r);
@@ -403,7 +428,7 @@ static CUresult free_large(struct gvm_region *r, uintptr_t p)
         return CUDA_SUCCESS;
     }
     __atomic_store_n(&r->state, GVM_REGION_FREE, __ATOMIC_RELEASE);
-    region_dispose(r);
+    *dead = region_release(r);
     return CUDA_SUCCESS;
 }
 
@@ -411,12 +436,15 @@ CUresult gvm_heap_free(uintptr_t p)
 {
     gvm_heap_settle_deferred();
     struct gvm_region *r = gvm_vamap_get(p);
-    if (!r || r->kind == GVM_REGION_ALIAS) return CUDA_ERROR_NOT_FOUND;
+    if (!r || GVM_LOAD(r->kind) == GVM_REGION_ALIAS) return CUDA_ERROR_NOT_FOUND;
     pthread_mutex_lock(&r->op);
     CUresult rc = CUDA_ERROR_NOT_FOUND;
+    bool dead = false;
     if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == GVM_REGION_LIVE)
-        rc = r->kind == GVM_REGION_CHUNK ? free_small(r, p) : free_large(r, p);
+        rc = r->kind == GVM_REGION_CHUNK ? free_small(r, p) : free_large(r, p, &dead);
     pthread_mutex_unlock(&r->op);
+    /* Only now: a record on the free list may be reset and reused at once. */
+    if (dead) gvm_region_recycle(r);
     if (rc == CUDA_SUCCESS) gvm_stat_inc(frees_total);
     return rc;
 }

@@ -21,11 +21,14 @@ bool gvm_hostaccess_grant(uintptr_t addr)
 {
     struct gvm_region *view = gvm_vamap_get(addr);
     if (!view) return false;
-    struct gvm_region *r = view->kind == GVM_REGION_ALIAS ? view->target : view;
-    if (addr >= view->base + view->mapped) return false;
+    struct gvm_region *r = gvm_heap_region(addr);   /* NULL: an alias recycled meanwhile */
+    if (!r) return false;
     pthread_mutex_lock(&r->op);
-    int i = gvm_region_block_at(r, addr - view->base);
-    bool ok = false;
+    /* Both records may have been retired and reused since the lookup. */
+    bool ok = false, same = gvm_vamap_get(addr) == view && gvm_region_live(view) &&
+                           (view == r || __atomic_load_n(&view->target, __ATOMIC_ACQUIRE) == r);
+    int i = same && addr < GVM_LOAD(view->base) + GVM_LOAD(view->mapped)
+                ? gvm_region_block_at(r, addr - GVM_LOAD(view->base)) : -1;
     if (i >= 0 && r->blocks[i].phys && r->blocks[i].phys->loc == GVM_LOC_HOST && !r->blocks[i].cpu)
         ok = gvm_region_grant_cpu(r, i) == CUDA_SUCCESS;
     pthread_mutex_unlock(&r->op);

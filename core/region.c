@@ -12,6 +12,38 @@
 static pthread_mutex_t records_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct gvm_region *free_records;
 
+/* Resets a reused record field by field: its mutex is never copied (an
+ * unlock landing on a copy would leave the real one locked with no owner),
+ * and `users` stays, since an announcement made on the old allocation may
+ * still end (gvm_use_end) after the reuse. Runs under r->op, so whoever
+ * takes the lock next sees the reset. */
+static void region_reset(struct gvm_region *r)
+{
+    GVM_STORE(r->kind, GVM_REGION_LARGE);
+    GVM_STORE(r->state, GVM_REGION_FREE);
+    GVM_STORE(r->base, (uintptr_t)0);
+    GVM_STORE(r->reserved, (size_t)0);
+    GVM_STORE(r->mapped, (size_t)0);
+    GVM_STORE(r->size, (size_t)0);
+    GVM_STORE(r->target, (struct gvm_region *)NULL);
+    GVM_STORE(r->slab, (struct gvm_slab *)NULL);
+    GVM_STORE(r->home, 0);
+    GVM_STORE(r->tag, 0);
+    GVM_STORE(r->flags, 0u);
+    GVM_STORE(r->spilled_at, (uint64_t)0);
+    GVM_STORE(r->last_use, (uint64_t)0);
+    GVM_STORE(r->buffer_id, (uint64_t)0);
+    r->device = 0;
+    r->ctx = NULL;
+    r->nblocks = 0;
+    r->aliases = NULL;
+    GVM_STORE(r->alias_slot, 0);
+    r->paused_loc = 0;
+    r->freed_at = 0;
+    r->last_error = CUDA_SUCCESS;
+    r->next = r->lru_prev = r->lru_next = NULL;
+}
+
 struct gvm_region *gvm_region_new(void)
 {
     pthread_mutex_lock(&records_lock);
@@ -24,20 +56,18 @@ struct gvm_region *gvm_region_new(void)
         pthread_mutex_init(&r->op, NULL);
         return r;
     }
-    pthread_mutex_t op = r->op;
-    struct gvm_block *blocks = r->blocks;
-    int cap = r->cap_blocks;
-    memset(r, 0, sizeof *r);
-    r->op = op;
-    r->blocks = blocks;
-    r->cap_blocks = cap;
+    /* A stale reader (the policy with an old candidate, a lookup that
+     * raced with the free) may hold the lock to look at the state. */
+    pthread_mutex_lock(&r->op);
+    region_reset(r);
+    pthread_mutex_unlock(&r->op);
     return r;
 }
 
 void gvm_region_recycle(struct gvm_region *r)
 {
     __atomic_store_n(&r->state, GVM_REGION_FREE, __ATOMIC_RELEASE);
-    r->nblocks = 0;
+    __atomic_add_fetch(&r->gen, 1, __ATOMIC_RELEASE);
     pthread_mutex_lock(&records_lock);
     r->next = free_records;
     free_records = r;
@@ -49,8 +79,8 @@ CUresult gvm_region_reserve(struct gvm_region *r, size_t reserved)
     CUdeviceptr va = 0;
     CUresult rc = DRV(cuMemAddressReserve, &va, reserved, gvm_topo.gran, 0, 0);
     if (rc != CUDA_SUCCESS) return rc;
-    r->base = (uintptr_t)va;
-    r->reserved = reserved;
+    GVM_STORE(r->base, (uintptr_t)va);
+    GVM_STORE(r->reserved, reserved);
     return CUDA_SUCCESS;
 }
 
@@ -207,9 +237,9 @@ void gvm_region_shrink(struct gvm_region *r, int first)
 {
     for (int i = r->nblocks - 1; i >= first; i--) drop_block(r, &r->blocks[i]);
     r->nblocks = first;
-    r->mapped = first ? r->blocks[first - 1].off + r->blocks[first - 1].size : 0;
+    GVM_STORE(r->mapped, first ? r->blocks[first - 1].off + r->blocks[first - 1].size : 0);
     for (struct gvm_region *a = r->aliases; a; a = a->aliases)
-        if (a->mapped > r->mapped) a->mapped = r->mapped;
+        if (a->mapped > r->mapped) GVM_STORE(a->mapped, r->mapped);
 }
 
 /* The views of [off, off+len): the region and each alias covering it. */
@@ -401,7 +431,7 @@ CUresult gvm_region_mirror(struct gvm_region *alias, struct gvm_region *target)
             return rc;
         }
     }
-    alias->mapped = target->mapped;
+    GVM_STORE(alias->mapped, target->mapped);
     return CUDA_SUCCESS;
 }
 
@@ -413,5 +443,5 @@ void gvm_region_unmirror(struct gvm_region *alias)
         if (b->phys && b->off + b->size <= alias->mapped)
             DRV(cuMemUnmap, (CUdeviceptr)(alias->base + b->off), b->size);
     }
-    alias->mapped = 0;
+    GVM_STORE(alias->mapped, (size_t)0);
 }

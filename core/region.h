@@ -4,7 +4,11 @@
  * region that maps another region's blocks at a second address.
  *
  * Records are recycled, never freed, so a pointer read from the lock-free
- * address map is always safe to dereference (state tells if it is live). */
+ * address map is always safe to dereference (state tells if it is live).
+ * A lock-free reader validates what it read with the record's generation,
+ * which changes whenever the record is retired (gvm_region_stable). The
+ * fields such readers look at (kind, state, base, reserved, mapped, size,
+ * target, slab, gen) are written with atomic stores. */
 #ifndef GVM_REGION_H
 #define GVM_REGION_H
 
@@ -47,9 +51,10 @@ struct gvm_region {
     struct gvm_region *aliases;  /* on a region: its aliases; on an alias: next alias */
     struct gvm_region *target;   /* on an alias: the region it shows */
     struct gvm_slab *slab;       /* on a chunk: its slots */
-    unsigned users;              /* copies in flight through hooks (move.h) */
+    unsigned users;              /* copies in flight through hooks (move.h); kept across reuse */
     int moving;                  /* a migration is remapping it */
-    pthread_mutex_t op;          /* serializes operations on this region */
+    pthread_mutex_t op;          /* serializes operations on this region; never copied */
+    unsigned gen;                /* bumped when the record is retired */
     uint64_t buffer_id;
     uint64_t last_use;           /* gvm_clock_tick() at the last use seen */
     int tag;                     /* policy tag id, 0 = none */
@@ -68,10 +73,40 @@ struct gvm_region {
 #define GVM_LOAD(field) __atomic_load_n(&(field), __ATOMIC_RELAXED)
 #define GVM_STORE(field, v) __atomic_store_n(&(field), (v), __ATOMIC_RELAXED)
 
-/* A new record, state FREE, zeroed but for its lock. */
+/* A new record, state FREE, zeroed but for its lock, its announced users
+ * (a stale announcement still ends on it) and its block array. Waits for
+ * whoever still holds the record's lock. Call it holding no region lock. */
 struct gvm_region *gvm_region_new(void);
-/* Returns a record for reuse; it must be unmapped and unreserved. */
+/* Returns a record for reuse; it must be unmapped and unreserved, and its
+ * lock not held by the caller. */
 void gvm_region_recycle(struct gvm_region *r);
+
+/* Whether r is live; what was written before it became live is visible
+ * (a record seen through a stale pointer may have been reused since). */
+static inline bool gvm_region_live(const struct gvm_region *r)
+{
+    return __atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == GVM_REGION_LIVE;
+}
+
+/* For lock-free readers: the generation to compare with gvm_region_stable
+ * after reading the record's fields. */
+static inline unsigned gvm_region_gen(const struct gvm_region *r)
+{
+    return __atomic_load_n(&r->gen, __ATOMIC_ACQUIRE);
+}
+
+/* True when r was not retired since gvm_region_gen returned gen: what was
+ * read from it in between belongs to one live record. */
+static inline bool gvm_region_stable(struct gvm_region *r, unsigned gen)
+{
+#if defined(__SANITIZE_THREAD__)
+    /* TSan knows no fences; an RMW orders the reads before it as well. */
+    return __atomic_fetch_add(&r->gen, 0, __ATOMIC_ACQ_REL) == gen;
+#else
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    return __atomic_load_n(&r->gen, __ATOMIC_RELAXED) == gen;
+#endif
+}
 
 /* Reserves `reserved` bytes of address space for r. */
 CUresult gvm_region_reserve(struct gvm_region *r, size_t reserved);

@@ -28,7 +28,9 @@ static bool allowed(const struct gvm_region *r, int loc, unsigned how)
     if (how & GVM_RELOC_RESUME) return paused;
     if (paused) return false;
     if (how & GVM_RELOC_SPILL) return !pinned && loc != r->home && gvm_region_location(r) == r->home;
-    if (how & GVM_RELOC_PROMOTE) return !pinned && r->spilled_at;
+    /* The record may have been freed and reused since the policy picked it:
+     * only an allocation that belongs at loc is promoted there. */
+    if (how & GVM_RELOC_PROMOTE) return !pinned && GVM_LOAD(r->spilled_at) && GVM_LOAD(r->home) == loc;
     return true;
 }
 
@@ -121,7 +123,8 @@ static void moved(struct gvm_region *r, int loc, unsigned how)
 
 CUresult gvm_relocate_locked(struct gvm_region *r, int loc, unsigned how)
 {
-    if (r->state != GVM_REGION_LIVE || r->kind == GVM_REGION_ALIAS) return CUDA_ERROR_NOT_FOUND;
+    /* Acquire: a reused record may have become live again under another owner. */
+    if (!gvm_region_live(r) || GVM_LOAD(r->kind) == GVM_REGION_ALIAS) return CUDA_ERROR_NOT_FOUND;
     if (!allowed(r, loc, how)) return CUDA_ERROR_NOT_PERMITTED;
     gvm_move_enter(r);
     CUresult rc;

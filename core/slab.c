@@ -25,6 +25,16 @@ struct pending {
 static pthread_mutex_t slab_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pending pending[GVM_MAX_DEVICES];
 
+/* Slab records are type-stable, like regions: a lock-free lookup may read
+ * one after its chunk is gone. A retired record waits here, never freed,
+ * for the next chunk of its class, so its size class and slot arrays never
+ * change (the reader checks its chunk's generation, region.h). */
+static struct gvm_slab *spare[NCLASSES];
+/* Empty chunks taken off their lists, to be destroyed under their own lock
+ * by a thread that holds no other (reap): a move of the chunk may be under
+ * way, and it holds the chunk's lock, then takes slab_lock. */
+static struct gvm_slab *doomed;
+
 static void flush_locked(int device);
 static struct gvm_slab *lists[GVM_MAX_DEVICES][NCLASSES];
 static size_t idle_bytes[GVM_MAX_DEVICES];
@@ -63,42 +73,68 @@ static void list_push(struct gvm_slab *s)
     *head = s;
 }
 
-static void slab_free_record(struct gvm_slab *s)
+/* Called with slab_lock held. Every slot of a retired record is free
+ * (sizes and alias counts zero), as a chunk is destroyed only when empty. */
+static void slab_retire(struct gvm_slab *s)
 {
+    s->chunk = NULL;
+    s->next = spare[s->cidx];
+    spare[s->cidx] = s;
+}
+
+/* A record for a chunk of class cidx: a retired one, or a new one. */
+static struct gvm_slab *slab_record(int cidx)
+{
+    pthread_mutex_lock(&slab_lock);
+    struct gvm_slab *s = spare[cidx];
+    if (s) spare[cidx] = s->next;
+    pthread_mutex_unlock(&slab_lock);
+    if (s) return s;
+    s = calloc(1, sizeof *s);
+    if (!s) return NULL;
+    s->cls = class_size(cidx);
+    s->nslots = (unsigned)(gvm_topo.gran / s->cls);
+    s->cidx = cidx;
+    s->sizes = calloc(s->nslots, sizeof *s->sizes);
+    s->ids = calloc(s->nslots, sizeof *s->ids);
+    s->aliased = calloc(s->nslots, sizeof *s->aliased);
+    if (s->sizes && s->ids && s->aliased) return s;
     free(s->sizes);
     free(s->ids);
     free(s->aliased);
     free(s);
+    return NULL;
 }
 
+/* A new chunk, made without slab_lock (its driver calls need not block
+ * other allocations, and a reused region record may wait for its lock). */
 static CUresult slab_new(int device, int cidx, int tag, CUcontext ctx, struct gvm_slab **out)
 {
-    struct gvm_slab *s = calloc(1, sizeof *s);
+    struct gvm_slab *s = slab_record(cidx);
     struct gvm_region *r = gvm_region_new();
     size_t chunk = gvm_topo.gran;
     CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
     if (!s || !r) goto fail;
-    s->cls = class_size(cidx);
-    s->nslots = s->nfree = (unsigned)(chunk / s->cls);
-    s->sizes = calloc(s->nslots, sizeof *s->sizes);
-    s->ids = calloc(s->nslots, sizeof *s->ids);
-    s->aliased = calloc(s->nslots, sizeof *s->aliased);
-    if (!s->sizes || !s->ids || !s->aliased) goto fail;
+    s->nfree = s->nslots;
+    s->hint = 0;
+    s->flushing = 0;
+    s->next = s->prev = NULL;
     if ((rc = gvm_region_reserve(r, chunk)) != CUDA_SUCCESS) goto fail;
-    r->kind = GVM_REGION_CHUNK;
-    r->device = r->home = device;
+    GVM_STORE(r->kind, GVM_REGION_CHUNK);
+    r->device = device;
+    GVM_STORE(r->home, device);
     r->ctx = ctx;
-    r->tag = tag;
-    r->slab = s;
+    GVM_STORE(r->tag, tag);
+    GVM_STORE(r->slab, s);
     if ((rc = gvm_region_grow(r, chunk, device)) != CUDA_SUCCESS) goto unreserve;
     if (gvm_region_publish(r)) { rc = CUDA_ERROR_OUT_OF_MEMORY; goto unmap; }
-    __atomic_store_n(&r->state, GVM_REGION_LIVE, __ATOMIC_RELEASE);
-    r->last_use = gvm_clock_tick();
-    gvm_live_add(r);   /* chunks move, spill and pause like any region */
     s->chunk = r;
     s->device = device;
-    s->cidx = cidx;
     s->tag = tag;
+    s->at_home = true;
+    GVM_STORE(r->last_use, gvm_clock_tick());
+    __atomic_store_n(&r->state, GVM_REGION_LIVE, __ATOMIC_RELEASE);
+    gvm_live_add(r);     /* chunks move, spill and pause like any region */
     *out = s;
     return CUDA_SUCCESS;
 unmap:
@@ -108,17 +144,36 @@ unreserve:
     DRV(cuMemAddressFree, (CUdeviceptr)r->base, r->reserved);
 fail:
     if (r) gvm_region_recycle(r);
-    if (s) slab_free_record(s);
+    if (s) {
+        pthread_mutex_lock(&slab_lock);
+        slab_retire(s);
+        pthread_mutex_unlock(&slab_lock);
+    }
     return rc;
 }
 
-/* A chunk may take new slots only where its device's allocations belong. */
-static bool slab_usable(const struct gvm_slab *s, int tag)
+/* Whether s's chunk is all on its device and not paused: read under the
+ * chunk's lock, which a move holds while it changes the blocks. Called
+ * with slab_lock held, so only tried (lock order: a region, then
+ * slab_lock); a chunk locked at the moment (a free, a query, a move)
+ * answers what it was last seen to be. */
+static bool chunk_at_home(struct gvm_slab *s)
 {
-    const struct gvm_region *r = s->chunk;
-    return s->nfree && s->tag == tag && !(r->flags & GVM_RF_PAUSED) &&
-           gvm_region_location(r) == s->device;
+    struct gvm_region *r = s->chunk;
+    if (pthread_mutex_trylock(&r->op) == 0) {
+        s->at_home = !(r->flags & GVM_RF_PAUSED) && gvm_region_location(r) == s->device;
+        pthread_mutex_unlock(&r->op);
+    }
+    return s->at_home;
 }
+
+/* A chunk may take new slots only where its device's allocations belong. */
+static bool slab_usable(struct gvm_slab *s, int tag)
+{
+    return s->nfree && s->tag == tag && chunk_at_home(s);
+}
+
+static size_t reap(int device);
 
 static int take_slot(struct gvm_slab *s)
 {
@@ -138,6 +193,7 @@ CUresult gvm_slab_alloc(int device, size_t size, int tag, CUcontext ctx, uintptr
 {
     int cidx = class_of(size);
     if (cidx < 0) return CUDA_ERROR_INVALID_VALUE;
+    reap(-1);
     pthread_mutex_lock(&slab_lock);
     struct gvm_slab *s = lists[device][cidx];
     while (s && !slab_usable(s, tag)) s = s->next;
@@ -146,32 +202,33 @@ CUresult gvm_slab_alloc(int device, size_t size, int tag, CUcontext ctx, uintptr
         flush_locked(device);
         for (s = lists[device][cidx]; s && !slab_usable(s, tag);) s = s->next;
     }
-    CUresult rc = CUDA_SUCCESS;
     if (!s) {
-        rc = slab_new(device, cidx, tag, ctx, &s);
-        if (rc != CUDA_SUCCESS) {
-            pthread_mutex_unlock(&slab_lock);
-            return rc;
-        }
+        pthread_mutex_unlock(&slab_lock);
+        CUresult rc = slab_new(device, cidx, tag, ctx, &s);
+        if (rc != CUDA_SUCCESS) return rc;
+        pthread_mutex_lock(&slab_lock);
         list_push(s);
         idle_bytes[device] += s->chunk->mapped;
     }
     int slot = take_slot(s);
-    s->sizes[slot] = (uint32_t)size;
-    s->ids[slot] = gvm_next_buffer_id();
+    __atomic_store_n(&s->sizes[slot], (uint32_t)size, __ATOMIC_RELEASE);
+    GVM_STORE(s->ids[slot], gvm_next_buffer_id());
+    uintptr_t base = s->chunk->base;
     pthread_mutex_unlock(&slab_lock);
-    *out = s->chunk->base + (uintptr_t)slot * s->cls;
+    *out = base + (uintptr_t)slot * s->cls;
     return CUDA_SUCCESS;
 }
 
 bool gvm_slab_find(const struct gvm_region *r, uintptr_t p, uintptr_t *base, size_t *size, int *slot)
 {
-    const struct gvm_slab *s = r->slab;
-    if (!s || p < r->base) return false;
-    size_t i = (p - r->base) / s->cls;
+    /* Lock-free: s may be retired meanwhile, but its class never changes. */
+    const struct gvm_slab *s = GVM_LOAD(r->slab);
+    uintptr_t rbase = GVM_LOAD(r->base);
+    if (!s || p < rbase) return false;
+    size_t i = (p - rbase) / s->cls;
     if (i >= s->nslots) return false;
     uint32_t sz = __atomic_load_n(&s->sizes[i], __ATOMIC_ACQUIRE);
-    uintptr_t b = r->base + i * s->cls;
+    uintptr_t b = rbase + i * s->cls;
     if (!sz || p >= b + sz) return false;
     *base = b;
     *size = sz;
@@ -248,25 +305,61 @@ void gvm_slab_flush(int device)
     pthread_mutex_lock(&slab_lock);
     flush_locked(device);
     pthread_mutex_unlock(&slab_lock);
+    reap(-1);
 }
 
-/* Keeps one empty chunk per class for reuse; destroys the others. Called
+/* Takes an empty chunk off its list for reap to destroy. An empty chunk
+ * has no alias: an alias keeps the slot it was made for taken. Called with
+ * slab_lock held. */
+static void doom(struct gvm_slab *s)
+{
+    list_remove(s);
+    s->next = doomed;
+    __atomic_store_n(&doomed, s, __ATOMIC_RELEASE);
+}
+
+/* Destroys the doomed chunks, each under its own lock, so a move of it
+ * (the promoter's, a spill's) ends first. Call it holding no lock. Returns
+ * the bytes freed on device. */
+static size_t reap(int device)
+{
+    if (!__atomic_load_n(&doomed, __ATOMIC_ACQUIRE)) return 0;
+    pthread_mutex_lock(&slab_lock);
+    struct gvm_slab *list = doomed;
+    __atomic_store_n(&doomed, NULL, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&slab_lock);
+    size_t freed = 0;
+    while (list) {
+        struct gvm_slab *s = list;
+        struct gvm_region *r = s->chunk;
+        list = s->next;
+        pthread_mutex_lock(&r->op);
+        size_t bytes = r->mapped;
+        gvm_live_remove(r);
+        __atomic_store_n(&r->state, GVM_REGION_FREE, __ATOMIC_RELEASE);
+        gvm_region_unpublish(r);
+        gvm_region_destroy(r);
+        pthread_mutex_unlock(&r->op);
+        gvm_region_recycle(r);
+        pthread_mutex_lock(&slab_lock);
+        idle_bytes[s->device] -= bytes;
+        if (s->device == device) freed += bytes;
+        slab_retire(s);
+        pthread_mutex_unlock(&slab_lock);
+    }
+    return freed;
+}
+
+/* Keeps one empty chunk per class for reuse; dooms the others. Called
  * with slab_lock held. */
 static void maybe_drop_chunk(struct gvm_slab *s)
 {
-    if (s->nfree != s->nslots || s->chunk->aliases) return;
+    if (s->nfree != s->nslots) return;
     bool other_empty = false;
     for (struct gvm_slab *o = lists[s->device][s->cidx]; o; o = o->next)
         if (o != s && o->nfree == o->nslots) other_empty = true;
-    if (!other_empty && gvm_region_location(s->chunk) == s->device) return;
-    list_remove(s);
-    idle_bytes[s->device] -= s->chunk->mapped;
-    struct gvm_region *r = s->chunk;
-    gvm_live_remove(r);
-    gvm_region_unpublish(r);
-    gvm_region_destroy(r);
-    gvm_region_recycle(r);
-    slab_free_record(s);
+    if (!other_empty && chunk_at_home(s)) return;
+    doom(s);
 }
 
 CUresult gvm_slab_free(struct gvm_region *r, uintptr_t p)
@@ -307,37 +400,32 @@ size_t gvm_slab_idle_bytes(int device)
 
 size_t gvm_slab_trim(int device)
 {
-    size_t freed = 0;
     pthread_mutex_lock(&slab_lock);
     for (int c = 0; c < NCLASSES; c++) {
         struct gvm_slab *s = lists[device][c];
         while (s) {
             struct gvm_slab *next = s->next;
-            /* A chunk being moved is busy, not idle: leave it. */
-            if (s->nfree == s->nslots && !s->chunk->aliases &&
-                pthread_mutex_trylock(&s->chunk->op) == 0) {
-                pthread_mutex_unlock(&s->chunk->op);
-                freed += s->chunk->mapped;
-                list_remove(s);
-                idle_bytes[device] -= s->chunk->mapped;
-                gvm_live_remove(s->chunk);
-                gvm_region_unpublish(s->chunk);
-                gvm_region_destroy(s->chunk);
-                gvm_region_recycle(s->chunk);
-                slab_free_record(s);
-            }
+            if (s->nfree == s->nslots) doom(s);
             s = next;
         }
     }
     pthread_mutex_unlock(&slab_lock);
-    return freed;
+    return reap(device);
 }
 
 void gvm_slab_renew_ids(struct gvm_region *r)
 {
     struct gvm_slab *s = r->slab;
+    bool home = !(r->flags & GVM_RF_PAUSED) && gvm_region_location(r) == r->device;   /* r->op is held */
     pthread_mutex_lock(&slab_lock);
+    s->at_home = home;
     for (unsigned i = 0; i < s->nslots; i++)
-        if (s->sizes[i]) s->ids[i] = gvm_next_buffer_id();
+        if (s->sizes[i]) GVM_STORE(s->ids[i], gvm_next_buffer_id());
     pthread_mutex_unlock(&slab_lock);
+}
+
+uint64_t gvm_slab_buffer_id(const struct gvm_region *r, int slot)
+{
+    const struct gvm_slab *s = GVM_LOAD(r->slab);
+    return s ? GVM_LOAD(s->ids[slot]) : 0;
 }

@@ -6,6 +6,7 @@
 
 #include "core/region.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define GVM_SLAB_MAX_SLOTS 8192 /* 2 MiB / 256 B */
@@ -20,6 +21,7 @@ struct gvm_slab {
     uint64_t *ids;              /* buffer id per slot */
     uint16_t *aliased;          /* aliases per slot: a freed aliased slot stays taken */
     int flushing;               /* scratch mark while pending slots are released */
+    bool at_home;               /* its chunk, when last seen under its lock: on its device, not paused */
     struct gvm_slab *next, *prev;   /* the (device, class) list */
 };
 
@@ -44,10 +46,14 @@ size_t gvm_slab_idle_bytes(int device);
 /* Waits for device and makes its pending slots free. */
 void gvm_slab_flush(int device);
 
-/* Gives back every empty chunk of device (when memory runs short). */
+/* Gives back every empty chunk of device (when memory runs short). Call
+ * it, like gvm_slab_flush and gvm_slab_alloc, holding no region lock. */
 size_t gvm_slab_trim(int device);
 
 /* New buffer ids for every slot of a chunk (after its memory moved). */
 void gvm_slab_renew_ids(struct gvm_region *r);
+
+/* The buffer id of a slot (lock-free; 0 if the chunk went meanwhile). */
+uint64_t gvm_slab_buffer_id(const struct gvm_region *r, int slot);
 
 #endif

@@ -118,7 +118,7 @@ void gvm_policy_before_launch(struct gvm_region *const *used, int n)
     if (gvm_capture_open(-1)) return;
     for (int i = 0; i < n; i++) {
         struct gvm_region *r = used[i];
-        if (!GVM_LOAD(r->spilled_at) || r->kind == GVM_REGION_ALIAS) continue;
+        if (!GVM_LOAD(r->spilled_at) || GVM_LOAD(r->kind) == GVM_REGION_ALIAS) continue;
         swap_in(r, used, n);
     }
 }

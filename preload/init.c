@@ -26,6 +26,7 @@
 extern char **environ;
 
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
+/* Both are read without start_lock: every access is atomic. */
 static int driver_state;      /* 0 not tried, 1 loaded, -1 failed */
 static int core_state;        /* 0 not started, 1 serving, -1 failed */
 static __thread bool loading; /* this thread is inside the driver's dlopen */
@@ -74,7 +75,7 @@ bool gvm_shim_driver(void)
     if (st) return st > 0;
     if (loading) return false;          /* libcuda's own start-up calling back */
     pthread_mutex_lock(&start_lock);
-    if (!driver_state) {
+    if (!__atomic_load_n(&driver_state, __ATOMIC_RELAXED)) {
         char err[256];
         loading = true;
         int rc = gvm_driver_load(gvm_cfg.libcuda, gvm_real_dlsym, err, sizeof err);
@@ -82,7 +83,7 @@ bool gvm_shim_driver(void)
         if (rc) gvm_warn("%s; passing everything through", err);
         __atomic_store_n(&driver_state, rc ? -1 : 1, __ATOMIC_RELEASE);
     }
-    st = driver_state;
+    st = __atomic_load_n(&driver_state, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&start_lock);
     return st > 0;
 }
@@ -114,10 +115,11 @@ static void start_core(void)
     if (rc != CUDA_SUCCESS) {
         gvm_core_set_active(false);
         gvm_warn("cannot start (driver error %d); passing everything through", rc);
-        core_state = -1;
+        __atomic_store_n(&core_state, -1, __ATOMIC_RELEASE);
         return;
     }
-    core_state = 1;
+    /* Published last: readers that see it skip start_lock (gvm_shim_serving). */
+    __atomic_store_n(&core_state, 1, __ATOMIC_RELEASE);
     gvm_info("serving allocations on %d device(s)", gvm_topo.ndev);
     start_trace();
 }
@@ -128,8 +130,8 @@ bool gvm_shim_serving(void)
     if (st) return st > 0;
     if (gvm_cfg.disable || !gvm_shim_driver()) return false;
     pthread_mutex_lock(&start_lock);
-    if (!core_state) start_core();
-    st = core_state;
+    if (!__atomic_load_n(&core_state, __ATOMIC_RELAXED)) start_core();
+    st = __atomic_load_n(&core_state, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&start_lock);
     return st > 0;
 }
@@ -163,7 +165,7 @@ __attribute__((destructor)) static void gvm_shim_report(void)
 {
     gvm_trace_stop();
     /* A process that never reached the driver has nothing to say. */
-    if (!gvm_cfg.stats[0] || driver_state <= 0) return;
+    if (!gvm_cfg.stats[0] || __atomic_load_n(&driver_state, __ATOMIC_ACQUIRE) <= 0) return;
     int ndev = gvm_topo.ndev;
     int64_t nvml_used[GVM_MAX_DEVICES];
     const int64_t *used = gvm_nvml_process_used(ndev, gvm_real_dlsym, nvml_used) ? nvml_used : NULL;

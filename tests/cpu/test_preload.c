@@ -340,6 +340,35 @@ static void copies_during_migrations_lose_nothing(void)
     }
 }
 
+/* The core starts at the first allocation: several threads making their
+ * first one at once start it once, and each sees it serving (under TSan:
+ * the state is published without a data race). */
+static pthread_barrier_t first_barrier;
+
+static void *first_alloc(void *arg)
+{
+    (void)arg;
+    RES(cuCtxSetCurrent, "cuCtxSetCurrent", 4000, 0);
+    CHECK_EQ(cuCtxSetCurrent_p(ctx0), CUDA_SUCCESS);
+    pthread_barrier_wait(&first_barrier);
+    CUdeviceptr p;
+    CHECK_EQ(D(cuMemAlloc_v2, &p, 4096), CUDA_SUCCESS);
+    gvm_status (*query)(const void *, gvm_info *) = dlsym(RTLD_DEFAULT, "gvm_query");
+    gvm_info info;
+    CHECK_EQ(query((void *)p, &info), GVM_OK);
+    CHECK_EQ(D(cuMemFree_v2, p), CUDA_SUCCESS);
+    return NULL;
+}
+
+static void first_allocations_from_many_threads(void)
+{
+    start();
+    pthread_t t[4];
+    pthread_barrier_init(&first_barrier, NULL, 4);
+    for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, first_alloc, NULL);
+    for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+}
+
 /* ---- whole-process behaviour: this program re-executed with an env ---- */
 
 static int run_self(const char *mode, const char *env1, const char *env2, char *out, size_t outlen)
@@ -529,6 +558,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(no_context_is_the_native_error)
     TEST_ENTRY(cached_memory_counts_as_free)
     TEST_ENTRY(copies_during_migrations_lose_nothing)
+    TEST_ENTRY(first_allocations_from_many_threads)
     TEST_ENTRY(launches_are_scanned_when_spilling)
     TEST_ENTRY(stats_json_is_written_at_exit)
     TEST_ENTRY(stats_file_never_follows_a_symlink)

@@ -1,0 +1,476 @@
+/* Races and lifetimes under load: many threads allocate, free, copy
+ * (announced, as the hooks do), migrate, alias and reallocate while the
+ * policy spills (a small device limit, spill to host) and the promoter runs
+ * every millisecond; a prober looks up pointers that other threads free
+ * (as launch scans and pointer queries do). Every allocation holds a
+ * pattern of its own, checked before it is freed and after every change.
+ * Run time is bounded: GVM_TEST_STRESS_MS (default 1500) per case. */
+#include "simcore.h"
+
+#include "core/move.h"
+#include "core/slab.h"
+#include "policy/config.h"
+#include "policy/place.h"
+#include "policy/spill.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <time.h>
+
+#define WORKERS 4
+#define SLOTS 12                     /* allocations a worker holds at once */
+#define SCRATCH (8 * MiB)            /* host buffer of a worker: the largest allocation */
+#define RECENT 64                    /* pointers the prober picks from */
+
+static struct gvm_config cfg;
+static CUcontext ctx0;
+static int stop;
+static uint32_t seeds;
+static uintptr_t recent[RECENT];     /* live, freed or aliased addresses: all fair game */
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+static double budget_ms(void)
+{
+    const char *e = getenv("GVM_TEST_STRESS_MS");
+    double ms = e ? atof(e) : 0;
+    return ms > 0 ? ms : 1500;
+}
+
+static uint32_t rnd(uint32_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return *s;
+}
+
+static void publish(uintptr_t p, uint32_t *s)
+{
+    __atomic_store_n(&recent[rnd(s) % RECENT], p, __ATOMIC_RELAXED);
+}
+
+static uint32_t word(uint32_t seed, size_t i) { return seed ^ (uint32_t)(i * 2654435761u); }
+
+/* ---- announced copies, as the copy hooks make them ---------------------- */
+
+static void put(uintptr_t p, const void *buf, size_t n)
+{
+    struct gvm_region *r = gvm_use_begin(p);
+    CHECK(r != NULL);
+    CHECK_EQ(gvm_drv.cuMemcpyHtoD_v2((CUdeviceptr)p, buf, n), CUDA_SUCCESS);
+    gvm_use_end(r);
+}
+
+static void get(void *buf, uintptr_t p, size_t n)
+{
+    struct gvm_region *r = gvm_use_begin(p);
+    CHECK(r != NULL);
+    CHECK_EQ(gvm_drv.cuMemcpyDtoH_v2(buf, (CUdeviceptr)p, n), CUDA_SUCCESS);
+    gvm_use_end(r);
+}
+
+static void copy_dd(uintptr_t dst, uintptr_t src, size_t n)
+{
+    struct gvm_region *a = gvm_use_begin(dst), *b = gvm_use_begin(src);
+    CHECK(a != NULL && b != NULL);
+    CHECK_EQ(gvm_drv.cuMemcpyDtoD_v2((CUdeviceptr)dst, (CUdeviceptr)src, n), CUDA_SUCCESS);
+    gvm_use_end(a);
+    gvm_use_end(b);
+}
+
+/* ---- a worker's allocations --------------------------------------------- */
+
+struct alloc {
+    uintptr_t p, alias;
+    size_t size, alias_size;         /* an alias keeps the length it had */
+    uint32_t seed;
+    int home;                        /* where it belongs: 0, or where gvm_migrate sent it */
+};
+
+struct worker {
+    struct alloc a[SLOTS];
+    uint32_t rng;
+    uint32_t *buf;
+    long ops;
+};
+
+static void fill_with(struct worker *w, struct alloc *a, uint32_t seed)
+{
+    for (size_t i = 0; i < a->size / 4; i++) w->buf[i] = word(seed, i);
+    put(a->p, w->buf, a->size / 4 * 4);
+    a->seed = seed;
+}
+
+/* The first n bytes read through view (the allocation or its alias) hold
+ * a's pattern. */
+static void check_view(struct worker *w, const struct alloc *a, uintptr_t view, size_t n)
+{
+    get(w->buf, view, n / 4 * 4);
+    for (size_t i = 0; i < n / 4; i++)
+        if (w->buf[i] != word(a->seed, i)) {
+            fprintf(stderr, "%#lx (+%zu of %zu, alias %d): word %zu is %#x, not %#x\n", (unsigned long)a->p,
+                    i * 4, a->size, view != a->p, i, w->buf[i], word(a->seed, i));
+            exit(1);
+        }
+}
+
+static size_t pick_size(struct worker *w)
+{
+    uint32_t k = rnd(&w->rng) % 100;
+    if (k < 55) return 4 + rnd(&w->rng) % 4096;
+    if (k < 90) return 4096 + rnd(&w->rng) % (256 << 10);
+    return 2 * MiB + rnd(&w->rng) % MiB;
+}
+
+static void do_alloc(struct worker *w, struct alloc *a)
+{
+    a->size = pick_size(w);
+    CHECK_EQ(gvm_policy_alloc(a->size, 0, ctx0, 0, &a->p), CUDA_SUCCESS);
+    a->home = 0;
+    fill_with(w, a, __atomic_add_fetch(&seeds, 1, __ATOMIC_RELAXED));
+    publish(a->p, &w->rng);
+}
+
+static size_t alias_len(const struct alloc *a) { return a->size < a->alias_size ? a->size : a->alias_size; }
+
+static void drop_alias(struct alloc *a)
+{
+    if (!a->alias) return;
+    CHECK_EQ(gvm_unalias((void *)a->alias), GVM_OK);
+    a->alias = 0;
+}
+
+static void do_free(struct worker *w, struct alloc *a)
+{
+    check_view(w, a, a->p, a->size);
+    bool alias_outlives = a->alias && rnd(&w->rng) % 2;
+    if (!alias_outlives) drop_alias(a);
+    CHECK_EQ(gvm_policy_free(a->p), CUDA_SUCCESS);
+    if (alias_outlives) {
+        check_view(w, a, a->alias, alias_len(a));   /* the memory lives on behind the alias */
+        drop_alias(a);
+    }
+    a->p = 0;
+}
+
+static void do_migrate(struct worker *w, struct alloc *a)
+{
+    static const int to[] = {GVM_HOST, 1, 0};
+    int loc = to[rnd(&w->rng) % 3];
+    gvm_status st = gvm_migrate((void *)a->p, loc);
+    CHECK(st == GVM_OK || st == GVM_ERR_NO_MEMORY);
+    if (st == GVM_OK) a->home = loc;
+    check_view(w, a, a->p, a->size);
+}
+
+static void do_alias(struct worker *w, struct alloc *a)
+{
+    if (a->alias) {
+        check_view(w, a, a->alias, alias_len(a));
+        drop_alias(a);
+        return;
+    }
+    void *al = NULL;
+    CHECK_EQ(gvm_alias((void *)a->p, &al), GVM_OK);
+    a->alias = (uintptr_t)al;
+    a->alias_size = a->size;
+    publish(a->alias, &w->rng);
+    check_view(w, a, a->alias, a->size);
+}
+
+static void do_realloc(struct worker *w, struct alloc *a)
+{
+    size_t n = rnd(&w->rng) % 2 ? a->size + 4 + rnd(&w->rng) % (a->size > MiB ? MiB : 512)
+                                : a->size / 2 + 4;
+    if (n > SCRATCH) n = a->size;
+    gvm_status st = gvm_realloc((void *)a->p, n);
+    CHECK(st == GVM_OK || st == GVM_ERR_NO_HEADROOM || st == GVM_ERR_NO_MEMORY);
+    if (st != GVM_OK) {
+        check_view(w, a, a->p, a->size);   /* a failed realloc changes nothing */
+        return;
+    }
+    check_view(w, a, a->p, n < a->size ? n : a->size);
+    a->size = n;
+    fill_with(w, a, __atomic_add_fetch(&seeds, 1, __ATOMIC_RELAXED));
+}
+
+/* Device to device into b: its first n bytes take a's pattern. */
+static void do_copy(struct worker *w, struct alloc *a, struct alloc *b)
+{
+    size_t n = (a->size < b->size ? a->size : b->size) / 4 * 4;
+    copy_dd(b->p, a->p, n);
+    get(w->buf, b->p, b->size / 4 * 4);
+    for (size_t i = 0; i < b->size / 4; i++)
+        CHECK_EQ(w->buf[i], word(i < n / 4 ? a->seed : b->seed, i));
+    fill_with(w, b, __atomic_add_fetch(&seeds, 1, __ATOMIC_RELAXED));
+}
+
+static void do_query(const struct alloc *a)
+{
+    gvm_info info;
+    CHECK_EQ(gvm_query((void *)a->p, &info), GVM_OK);
+    CHECK_EQ((uintptr_t)info.base, a->p);
+    CHECK_EQ(info.size, a->size);
+    /* The policy moves a large allocation only off device 0 (to host) and
+     * back to where it belongs; a small one shares its chunk's fate. */
+    if (!info.packed && info.location != a->home && info.location != GVM_HOST) {
+        fprintf(stderr, "%#lx belongs at %d and is at %d\n", (unsigned long)a->p, a->home, info.location);
+        exit(1);
+    }
+}
+
+static void step(struct worker *w)
+{
+    struct alloc *a = &w->a[rnd(&w->rng) % SLOTS];
+    if (!a->p) {
+        do_alloc(w, a);
+        return;
+    }
+    switch (rnd(&w->rng) % 8) {
+    case 0: case 1: do_free(w, a); break;
+    case 2: do_migrate(w, a); break;
+    case 3: do_alias(w, a); break;
+    case 4: do_realloc(w, a); break;
+    case 5: {
+        struct alloc *b = &w->a[rnd(&w->rng) % SLOTS];
+        if (b->p && b != a) do_copy(w, a, b);
+        break;
+    }
+    case 6: do_query(a); break;
+    default: check_view(w, a, a->p, a->size); break;
+    }
+}
+
+static void *work(void *arg)
+{
+    struct worker *w = arg;
+    CHECK_EQ(gvm_drv.cuCtxSetCurrent(ctx0), CUDA_SUCCESS);
+    while (!__atomic_load_n(&stop, __ATOMIC_RELAXED)) {
+        step(w);
+        w->ops++;
+    }
+    for (int i = 0; i < SLOTS; i++)
+        if (w->a[i].p) do_free(w, &w->a[i]);
+    return NULL;
+}
+
+/* Lookups of addresses that may be freed, recycled or unaliased at any
+ * moment: what a launch scan or a pointer query from another thread does.
+ * Nothing may crash, hang, or find a region that is not live. */
+static void *probe(void *arg)
+{
+    uint32_t rng = 0x9e3779b9u;
+    long *n = arg;
+    CHECK_EQ(gvm_drv.cuCtxSetCurrent(ctx0), CUDA_SUCCESS);
+    while (!__atomic_load_n(&stop, __ATOMIC_RELAXED)) {
+        uintptr_t p = __atomic_load_n(&recent[rnd(&rng) % RECENT], __ATOMIC_RELAXED);
+        if (!p) continue;
+        struct gvm_ref ref;
+        if (gvm_heap_find(p, &ref)) {
+            CHECK(ref.size > 0);
+            CHECK(p >= ref.base && p < ref.base + ref.size);
+            (void)gvm_heap_buffer_id(&ref);
+        }
+        /* A launch reaching p: the policy may bring it back first. */
+        struct gvm_region *r = gvm_heap_region(p);
+        if (r) {
+            gvm_policy_before_launch(&r, 1);
+            gvm_use_region(r);
+            gvm_use_end(r);
+        }
+        (*n)++;
+    }
+    return NULL;
+}
+
+/* A hang (a mutex left locked, a move waiting for users that never leave)
+ * fails the case instead of timing the suite out. */
+static void *watchdog(void *arg)
+{
+    double limit = *(double *)arg;
+    double t0 = now_ms();
+    while (__atomic_load_n(&stop, __ATOMIC_ACQUIRE) != 2) {
+        if (now_ms() - t0 > limit) {
+            fprintf(stderr, "stress: no progress after %.0f ms: hung\n", limit);
+            abort();
+        }
+        struct timespec ts = {0, 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+    return NULL;
+}
+
+static void set(const char *name, const char *value)
+{
+    char err[GVM_CFG_ERR_MAX];
+    if (gvm_config_set(&cfg, name, value, err, sizeof err)) {
+        fprintf(stderr, "%s\n", err);
+        exit(1);
+    }
+}
+
+static void no_idle_memory(struct gvm_settings *s)
+{
+    /* GVM_CACHE_LIMIT=0 GVM_POOL_LIMIT=0: every free reaches the driver. */
+    for (int d = 0; d < GVM_MAX_DEVICES; d++) s->cache_limit[d] = s->pool_limit[d] = 0;
+    s->host_pool = 0;
+}
+
+static void start(void)
+{
+    gvm_config_defaults(&cfg);
+    set("device_limit", "0:24M");
+    set("spill", "host");
+    set("promote_interval", "1ms");
+    sim_start(2, 512 * MiB, no_idle_memory);
+    CHECK_EQ(gvm_policy_start(&cfg), CUDA_SUCCESS);
+    ctx0 = current_ctx();
+}
+
+static void run(void *(*fn)(void *), struct worker *w, int nworkers, bool prober)
+{
+    double ms = budget_ms(), hang_ms = ms + 60000;
+    struct leaks before = leaks_now();
+    pthread_t t[WORKERS], pt, dog;
+    long probes = 0;
+    pthread_create(&dog, NULL, watchdog, &hang_ms);
+    for (int i = 0; i < nworkers; i++) {
+        w[i].rng = 0x1234567u * (uint32_t)(i + 1);
+        CHECK((w[i].buf = malloc(SCRATCH)) != NULL);
+        pthread_create(&t[i], NULL, fn, &w[i]);
+    }
+    if (prober) pthread_create(&pt, NULL, probe, &probes);
+    struct timespec ts = {(time_t)(ms / 1000), (long)((long)ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
+    long ops = 0;
+    for (int i = 0; i < nworkers; i++) {
+        pthread_join(t[i], NULL);
+        ops += w[i].ops;
+        free(w[i].buf);
+    }
+    if (prober) pthread_join(pt, NULL);
+    __atomic_store_n(&stop, 2, __ATOMIC_RELEASE);
+    pthread_join(dog, NULL);
+    printf("stress: %ld operations, %ld probes, %lu spills, %lu promotions in %.0f ms\n", ops, probes,
+           (unsigned long)__atomic_load_n(&gvm_stats.spills, __ATOMIC_RELAXED),
+           (unsigned long)__atomic_load_n(&gvm_stats.promotions, __ATOMIC_RELAXED), ms);
+    CHECK(ops > 0);
+    /* Nothing failed on purpose: every move must have succeeded. */
+    CHECK_EQ(__atomic_load_n(&gvm_stats.migrations_failed, __ATOMIC_RELAXED), 0);
+    CHECK_NO_LEAK(before);
+}
+
+static void everything_at_once_keeps_data(void)
+{
+    start();
+    static struct worker w[WORKERS];
+    run(work, w, WORKERS, true);
+}
+
+/* The shape of the report in issue 8: small allocations freed and made
+ * while spilled chunks are promoted back every millisecond. */
+static void *churn_small(void *arg)
+{
+    struct worker *w = arg;
+    CHECK_EQ(gvm_drv.cuCtxSetCurrent(ctx0), CUDA_SUCCESS);
+    while (!__atomic_load_n(&stop, __ATOMIC_RELAXED)) {
+        struct alloc *a = &w->a[rnd(&w->rng) % SLOTS];
+        if (a->p) {
+            do_free(w, a);
+        } else {
+            a->size = 256 + rnd(&w->rng) % (256 << 10);
+            CHECK_EQ(gvm_policy_alloc(a->size, 0, ctx0, 0, &a->p), CUDA_SUCCESS);
+            fill_with(w, a, __atomic_add_fetch(&seeds, 1, __ATOMIC_RELAXED));
+            publish(a->p, &w->rng);
+            /* Used again: the promoter wants its chunk back on the device. */
+            if (rnd(&w->rng) % 4 == 0) check_view(w, a, a->p, a->size);
+        }
+        w->ops++;
+    }
+    for (int i = 0; i < SLOTS; i++)
+        if (w->a[i].p) do_free(w, &w->a[i]);
+    return NULL;
+}
+
+static void small_chunks_come_and_go_while_promoted(void)
+{
+    start();
+    static struct worker w[WORKERS];
+    run(churn_small, w, WORKERS, true);
+}
+
+/* ---- lifetimes, one interleaving at a time ------------------------------ */
+
+static void no_cache(struct gvm_settings *s)
+{
+    for (int d = 0; d < GVM_MAX_DEVICES; d++) s->cache_limit[d] = 0;
+}
+
+static void alarm_after(unsigned seconds)
+{
+    signal(SIGALRM, SIG_DFL);   /* a hang kills the case */
+    alarm(seconds);
+}
+
+/* A copy announced on an allocation that another thread frees meanwhile
+ * (the program's race) ends after the record was reused: the new
+ * allocation's count of announced users must come out right, or its next
+ * move waits forever for a user that left. */
+static void a_stale_announcement_ends_on_the_reused_record(void)
+{
+    sim_start(2, 512 * MiB, no_cache);
+    uintptr_t p = sim_alloc(4 * MiB);
+    struct gvm_region *r = gvm_use_begin(p);
+    CHECK(r != NULL);
+    CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
+    uintptr_t q = sim_alloc(4 * MiB);
+    CHECK(gvm_heap_region(q) == r);     /* the record was reused */
+    gvm_use_end(r);
+    alarm_after(10);
+    fill(q, 4 * MiB, 5);
+    CHECK_EQ(gvm_migrate((void *)q, GVM_HOST), GVM_OK);
+    CHECK(intact(q, 4 * MiB, 5));
+    CHECK_EQ(gvm_heap_free(q), CUDA_SUCCESS);
+}
+
+/* What a lock-free lookup can see when an alias record is unaliased and
+ * reset for reuse between its reads: kind ALIAS still, no target. Every
+ * reader must answer "not ours" instead of following the NULL. */
+static void lookups_survive_an_alias_record_reset_under_them(void)
+{
+    sim_start(2, 512 * MiB, NULL);
+    struct gvm_region *a = gvm_region_new();
+    CHECK(a != NULL);
+    CHECK_EQ(gvm_region_reserve(a, gvm_topo.gran), CUDA_SUCCESS);
+    GVM_STORE(a->kind, GVM_REGION_ALIAS);
+    GVM_STORE(a->mapped, gvm_topo.gran);
+    __atomic_store_n(&a->state, GVM_REGION_LIVE, __ATOMIC_RELEASE);
+    CHECK_EQ(gvm_region_publish(a), 0);
+    uintptr_t p = a->base + 64;
+    struct gvm_ref ref;
+    CHECK(!gvm_heap_find(p, &ref));
+    CHECK(gvm_heap_region(p) == NULL);
+    CHECK(gvm_use_begin(p) == NULL);
+    CHECK(!gvm_hostaccess_grant(p));
+    CHECK_EQ(gvm_unalias((void *)p), GVM_ERR_UNKNOWN_POINTER);
+    gvm_region_unpublish(a);
+    __atomic_store_n(&a->state, GVM_REGION_FREE, __ATOMIC_RELEASE);
+    CHECK_EQ(gvm_drv.cuMemAddressFree((CUdeviceptr)a->base, a->reserved), CUDA_SUCCESS);
+    gvm_region_recycle(a);
+}
+
+static const struct test_case cases[] = {
+    TEST_ENTRY(a_stale_announcement_ends_on_the_reused_record)
+    TEST_ENTRY(lookups_survive_an_alias_record_reset_under_them)
+    TEST_ENTRY(small_chunks_come_and_go_while_promoted)
+    TEST_ENTRY(everything_at_once_keeps_data)
+};
+
+int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }
