@@ -79,6 +79,17 @@ GVM_EXPORT gvm_status gvm_migrate(const void *ptr, int location)
 
 /* ---- alias ---------------------------------------------------------- */
 
+/* Frees an alias's address range, unless a mapping in it could not be
+ * removed (region.h): a range is never freed under a live mapping. */
+static void release_range(struct gvm_region *a)
+{
+    if (a->flags & GVM_RF_LEAKED)
+        gvm_warn("leaking the alias range at %#lx: a mapping in it could not be removed",
+                 (unsigned long)a->base);
+    else
+        DRV(cuMemAddressFree, (CUdeviceptr)a->base, a->reserved);
+}
+
 static CUresult make_alias(struct gvm_region *t, int slot, struct gvm_region **out)
 {
     struct gvm_region *a = gvm_region_new();
@@ -99,7 +110,7 @@ static CUresult make_alias(struct gvm_region *t, int slot, struct gvm_region **o
     *out = a;
     return CUDA_SUCCESS;
 unreserve:
-    DRV(cuMemAddressFree, (CUdeviceptr)a->base, a->reserved);
+    release_range(a);
 recycle:
     gvm_region_recycle(a);
     return rc;
@@ -167,7 +178,7 @@ GVM_EXPORT gvm_status gvm_unalias(void *alias)
     unlink_alias(t, a);
     gvm_region_unpublish(a);
     gvm_region_unmirror(a);
-    DRV(cuMemAddressFree, (CUdeviceptr)a->base, a->reserved);
+    release_range(a);
     if (a->alias_slot >= 0) gvm_slab_alias_ref(t, a->alias_slot, -1);
     gvm_region_recycle(a);
     bool orphan_done = (t->flags & GVM_RF_ORPHAN) && !t->aliases;
