@@ -213,9 +213,11 @@ static int grow_location(const struct gvm_region *r)
 static gvm_status resize_large(struct gvm_region *r, size_t new_size)
 {
     size_t gran = gvm_topo.gran;
+    /* Checked before rounding, which would wrap near SIZE_MAX (the
+     * reservation is whole granules, so the rounded size then fits too). */
+    if (new_size > r->reserved) return GVM_ERR_NO_HEADROOM;
     size_t rounded = (new_size + gran - 1) / gran * gran;
     CUresult rc = CUDA_SUCCESS;
-    if (rounded > r->reserved) return GVM_ERR_NO_HEADROOM;
     if (rounded > r->mapped) {
         rc = gvm_region_grow(r, rounded - r->mapped, grow_location(r));
     } else {

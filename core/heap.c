@@ -309,6 +309,10 @@ CUresult gvm_heap_alloc(size_t size, int device, CUcontext ctx, const struct gvm
                         uintptr_t *out)
 {
     if (!size) return CUDA_ERROR_INVALID_VALUE;
+    if (size > GVM_HEAP_ALLOC_MAX) {
+        gvm_stat_inc(alloc_failures);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     gvm_heap_settle_deferred();
     CUresult rc;
     if (size <= gvm_settings.small_max && place->loc == device && !place->interleave) {

@@ -24,6 +24,11 @@ struct gvm_place {
     uint64_t interleave;         /* nonzero: stripe 2 MiB pieces over these devices */
 };
 
+/* No reservation can be larger than the 47-bit user address space: larger
+ * requests fail with CUDA_ERROR_OUT_OF_MEMORY as natively, before any
+ * rounding of their size could wrap. */
+#define GVM_HEAP_ALLOC_MAX ((size_t)1 << 47)
+
 /* Serves size bytes for the program on `device` (its current context ctx),
  * placed as `place` says. Returns the driver error a native cuMemAlloc
  * would give (CUDA_ERROR_OUT_OF_MEMORY when nothing fits). */
