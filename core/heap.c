@@ -305,6 +305,42 @@ static CUresult alloc_large(size_t size, int device, CUcontext ctx, const struct
     return CUDA_SUCCESS;
 }
 
+/* The error a native cuMemAlloc gives for a valid request that cannot be
+ * served: the driver's own error when the native call can return it too
+ * (the driver is shutting down, no context, a sticky fault), else out of
+ * memory. gvmshim's calls fail with errors that describe those calls (an
+ * access grant refused: invalid value), never the program's request.
+ * CUDA_ERROR_NOT_SUPPORTED stays: the caller passes the request through. */
+static CUresult native_alloc_error(CUresult rc)
+{
+    switch (rc) {
+    case CUDA_ERROR_OUT_OF_MEMORY:
+    case CUDA_ERROR_NOT_SUPPORTED:
+    case CUDA_ERROR_NOT_INITIALIZED:
+    case CUDA_ERROR_DEINITIALIZED:
+    case CUDA_ERROR_INVALID_CONTEXT:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+    case CUDA_ERROR_NOT_PERMITTED:
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+    case CUDA_ERROR_SYSTEM_NOT_READY:
+    case CUDA_ERROR_DEVICE_UNAVAILABLE:
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_UNKNOWN:
+        return rc;
+    default:
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+}
+
 CUresult gvm_heap_alloc(size_t size, int device, CUcontext ctx, const struct gvm_place *place, int tag,
                         uintptr_t *out)
 {
@@ -325,7 +361,7 @@ CUresult gvm_heap_alloc(size_t size, int device, CUcontext ctx, const struct gvm
     }
     if (rc != CUDA_SUCCESS) {
         gvm_stat_inc(alloc_failures);
-        return rc;
+        return native_alloc_error(rc);
     }
     gvm_stat_inc(allocations_total);
     gvm_stats_live(device, (int64_t)size);
