@@ -46,7 +46,7 @@ bool gvm_shim_tracks_launches(void);
 bool gvm_cfg_disabled(void);
 
 /* The hook that replaces a real entry point, or NULL. */
-void *gvm_shim_hook_for(void *real, const char *name_hint);
+void *gvm_shim_hook_for(void *real);
 
 /* The real dlsym, reached through dlvsym (the public one is ours). */
 void *gvm_real_dlsym(void *handle, const char *name);
