@@ -378,10 +378,9 @@ struct gvm_region *gvm_heap_region(uintptr_t p)
     return r;
 }
 
-bool gvm_heap_find(uintptr_t p, struct gvm_ref *ref)
+/* gvm_heap_find for the record r the address map holds for p. */
+static bool find_in(struct gvm_region *r, uintptr_t p, struct gvm_ref *ref)
 {
-    struct gvm_region *r = gvm_vamap_get(p);
-    if (!r) return false;
     uintptr_t shift = 0;
     int only_slot = -1;
     if (__atomic_load_n(&r->kind, __ATOMIC_RELAXED) == GVM_REGION_ALIAS) {
@@ -409,6 +408,52 @@ bool gvm_heap_find(uintptr_t p, struct gvm_ref *ref)
     ref->off = ref->base - r->base;
     ref->base += shift;
     return true;
+}
+
+bool gvm_heap_find(uintptr_t p, struct gvm_ref *ref)
+{
+    struct gvm_region *r = gvm_vamap_get(p);
+    return r && find_in(r, p, ref);
+}
+
+/* An alias outlives the allocation it shows when the program frees that
+ * first: its bound is then the freed allocation's (a large one keeps its
+ * size in the orphaned region; a small one is bounded by its slot). */
+static struct gvm_region *survivor(struct gvm_region *a, uintptr_t p, size_t *room)
+{
+    *room = 0;
+    if (__atomic_load_n(&a->state, __ATOMIC_ACQUIRE) != GVM_REGION_LIVE) return NULL;
+    struct gvm_region *t = __atomic_load_n(&a->target, __ATOMIC_ACQUIRE);
+    if (!t) return NULL;
+    size_t off = p - a->base, start = 0, end;
+    if (a->alias_slot >= 0) {
+        start = (size_t)a->alias_slot * t->slab->cls;
+        end = start + t->slab->cls;
+    } else if (GVM_LOAD(t->flags) & GVM_RF_ORPHAN) {
+        end = t->size;
+    } else {
+        return NULL;
+    }
+    if (end > a->mapped) end = a->mapped;
+    if (off < start || off >= end) return NULL;
+    *room = end - off;
+    return t;
+}
+
+struct gvm_region *gvm_heap_span(uintptr_t p, size_t *room)
+{
+    struct gvm_region *v = gvm_vamap_get(p);
+    if (!v) {
+        *room = SIZE_MAX;
+        return NULL;
+    }
+    bool alias = __atomic_load_n(&v->kind, __ATOMIC_RELAXED) == GVM_REGION_ALIAS;
+    struct gvm_ref ref;
+    if (!find_in(v, p, &ref)) return alias ? survivor(v, p, room) : (*room = 0, NULL);
+    *room = ref.base + ref.size - p;
+    /* An alias keeps the length it had when its target grew. */
+    if (alias && v->base + v->mapped - p < *room) *room = v->base + v->mapped - p;
+    return ref.region;
 }
 
 uint64_t gvm_heap_buffer_id(const struct gvm_ref *ref)

@@ -45,6 +45,14 @@ CUresult gvm_heap_free(uintptr_t p);
 /* Finds the live allocation containing p. Lock-free. */
 bool gvm_heap_find(uintptr_t p, struct gvm_ref *ref);
 
+/* For a copy or set touching memory from p on: the region of the live
+ * allocation containing p (alias resolved), with *room the bytes from p to
+ * that allocation's end (the size the program asked for). NULL with
+ * *room = 0 when p is in gvmshim's address space but in no live
+ * allocation (freed memory, padding); NULL with *room = SIZE_MAX when p is
+ * not gvmshim's. Lock-free, one address-map lookup. */
+struct gvm_region *gvm_heap_span(uintptr_t p, size_t *room);
+
 /* The region (alias resolved to its target) whose reservation contains p,
  * live or not; NULL when p is not in gvmshim's address space. */
 struct gvm_region *gvm_heap_region(uintptr_t p);

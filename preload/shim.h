@@ -68,6 +68,22 @@ static inline struct gvm_region *gvm_shim_use(uintptr_t p)
 }
 struct gvm_region *gvm_shim_use_host(const void *p);
 
+/* gvm_shim_use for a call touching [p, p+n): sets *bad (and announces
+ * nothing) when p is gvmshim's and the span leaves the live allocation
+ * containing p, or p is in no live allocation. */
+static inline struct gvm_region *gvm_shim_use_span(uintptr_t p, size_t n, bool *bad)
+{
+    if (!gvm_shim_active()) return NULL;
+    size_t room;
+    struct gvm_region *r = gvm_heap_span(p, &room);
+    if (n > room) {
+        *bad = true;
+        return NULL;
+    }
+    if (r) gvm_use_region(r);
+    return r;
+}
+
 /* Hooks exported under libcuda's names, in the order of GVM_DRIVER_ALL. */
 extern void *const gvm_hook_table[GVM_FN_COUNT];
 
