@@ -231,7 +231,7 @@ static gvm_status resize_large(struct gvm_region *r, size_t new_size)
     }
     if (rc != CUDA_SUCCESS) return from_cu(rc);
     gvm_stats_live(r->device, (int64_t)new_size - (int64_t)r->size);
-    r->size = new_size;
+    GVM_STORE(r->size, new_size);   /* copy hooks read it for their bound */
     return GVM_OK;
 }
 

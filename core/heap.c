@@ -400,9 +400,10 @@ static bool find_in(struct gvm_region *r, uintptr_t p, struct gvm_ref *ref)
          * that allocation has a second address. */
         if (only_slot >= 0 && ref->slot != only_slot) return false;
     } else {
-        if (p < r->base || p >= r->base + r->size) return false;
+        size_t size = GVM_LOAD(r->size);   /* gvm_realloc may change it meanwhile */
+        if (p < r->base || p >= r->base + size) return false;
         ref->base = r->base;
-        ref->size = r->size;
+        ref->size = size;
         ref->slot = -1;
     }
     ref->off = ref->base - r->base;
@@ -430,11 +431,11 @@ static struct gvm_region *survivor(struct gvm_region *a, uintptr_t p, size_t *ro
         start = (size_t)a->alias_slot * t->slab->cls;
         end = start + t->slab->cls;
     } else if (GVM_LOAD(t->flags) & GVM_RF_ORPHAN) {
-        end = t->size;
+        end = GVM_LOAD(t->size);
     } else {
         return NULL;
     }
-    if (end > a->mapped) end = a->mapped;
+    if (end > GVM_LOAD(a->mapped)) end = GVM_LOAD(a->mapped);
     if (off < start || off >= end) return NULL;
     *room = end - off;
     return t;
@@ -449,10 +450,17 @@ struct gvm_region *gvm_heap_span(uintptr_t p, size_t *room)
     }
     bool alias = __atomic_load_n(&v->kind, __ATOMIC_RELAXED) == GVM_REGION_ALIAS;
     struct gvm_ref ref;
-    if (!find_in(v, p, &ref)) return alias ? survivor(v, p, room) : (*room = 0, NULL);
+    if (!find_in(v, p, &ref)) {
+        if (alias) return survivor(v, p, room);
+        *room = 0;
+        return NULL;
+    }
     *room = ref.base + ref.size - p;
-    /* An alias keeps the length it had when its target grew. */
-    if (alias && v->base + v->mapped - p < *room) *room = v->base + v->mapped - p;
+    if (alias) {
+        /* An alias keeps the length it had when its target grew. */
+        size_t view = v->base + GVM_LOAD(v->mapped) - p;
+        if (view < *room) *room = view;
+    }
     return ref.region;
 }
 
