@@ -236,6 +236,31 @@ static void an_alias_keeps_its_bounds_after_the_free(void)
     CHECK_EQ(cuMemsetD8((CUdeviceptr)ap, 7, 16), CUDA_ERROR_INVALID_VALUE);
 }
 
+/* An allocation living in host memory, passed as the host side of a copy:
+ * bounded like a device side. */
+static void a_host_resident_allocation_as_the_host_side(void)
+{
+    start();
+    CUdeviceptr p = shim_alloc(3000000), scratch = shim_alloc(4 * MiB);
+    CHECK_EQ(GVM(gvm_migrate)((void *)p, GVM_HOST), GVM_OK);
+    CHECK_EQ(cuMemcpyHtoD(scratch, (void *)p, 3000000), CUDA_SUCCESS);
+    CHECK_EQ(cuMemcpyDtoH((void *)(p + 1000), scratch, 2999000), CUDA_SUCCESS);
+    CHECK_EQ(cuMemcpyHtoD(scratch, (void *)p, 3000001), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(cuMemcpyDtoH((void *)(p + 1000), scratch, 2999001), CUDA_ERROR_INVALID_VALUE);
+    CUDA_MEMCPY2D m = {0};
+    m.srcMemoryType = CU_MEMORYTYPE_HOST;
+    m.srcHost = (void *)(p + 1);
+    m.srcPitch = 100;
+    m.dstMemoryType = CU_MEMORYTYPE_DEVICE;
+    m.dstDevice = scratch;
+    m.dstPitch = 100;
+    m.WidthInBytes = 100;
+    m.Height = 30000;
+    CHECK_EQ(cuMemcpy2D(&m), CUDA_ERROR_INVALID_VALUE);
+    m.srcHost = (void *)p;
+    CHECK_EQ(cuMemcpy2D(&m), CUDA_SUCCESS);
+}
+
 /* Extents whose products wrap: no allocation is that large. */
 static void extents_that_overflow_are_invalid(void)
 {
@@ -364,6 +389,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(memory_outside_live_allocations_is_invalid)
     TEST_ENTRY(an_alias_has_the_allocation_bounds)
     TEST_ENTRY(an_alias_keeps_its_bounds_after_the_free)
+    TEST_ENTRY(a_host_resident_allocation_as_the_host_side)
     TEST_ENTRY(extents_that_overflow_are_invalid)
     TEST_ENTRY(a_batch_with_one_bad_entry_copies_nothing)
     TEST_ENTRY(a_batch_count_that_overflows_is_refused)
