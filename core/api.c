@@ -77,6 +77,17 @@ GVM_EXPORT gvm_status gvm_migrate(const void *ptr, int location)
 
 /* ---- alias ---------------------------------------------------------- */
 
+/* Frees an alias's address range, unless a mapping in it could not be
+ * removed (region.h): a range is never freed under a live mapping. */
+static void release_range(struct gvm_region *a)
+{
+    if (a->flags & GVM_RF_LEAKED)
+        gvm_warn("leaking the alias range at %#lx: a mapping in it could not be removed",
+                 (unsigned long)a->base);
+    else
+        DRV(cuMemAddressFree, (CUdeviceptr)a->base, a->reserved);
+}
+
 /* Makes a (a new record) an alias of t, whose lock the caller holds. */
 static CUresult make_alias(struct gvm_region *a, struct gvm_region *t, int slot)
 {
@@ -95,7 +106,7 @@ static CUresult make_alias(struct gvm_region *a, struct gvm_region *t, int slot)
     }
     return CUDA_SUCCESS;
 unreserve:
-    DRV(cuMemAddressFree, (CUdeviceptr)a->base, a->reserved);
+    release_range(a);
 recycle:
     gvm_region_recycle(a);
     return rc;
@@ -174,7 +185,7 @@ GVM_EXPORT gvm_status gvm_unalias(void *alias)
     unlink_alias(t, a);
     gvm_region_unpublish(a);
     gvm_region_unmirror(a);
-    DRV(cuMemAddressFree, (CUdeviceptr)a->base, a->reserved);
+    release_range(a);
     if (a->alias_slot >= 0) gvm_slab_alias_ref(t, a->alias_slot, -1);
     gvm_region_recycle(a);
     bool orphan_done = (t->flags & GVM_RF_ORPHAN) && !t->aliases;
@@ -209,9 +220,11 @@ static int grow_location(const struct gvm_region *r)
 static gvm_status resize_large(struct gvm_region *r, size_t new_size)
 {
     size_t gran = gvm_topo.gran;
+    /* Checked before rounding, which would wrap near SIZE_MAX (the
+     * reservation is whole granules, so the rounded size then fits too). */
+    if (new_size > r->reserved) return GVM_ERR_NO_HEADROOM;
     size_t rounded = (new_size + gran - 1) / gran * gran;
     CUresult rc = CUDA_SUCCESS;
-    if (rounded > r->reserved) return GVM_ERR_NO_HEADROOM;
     if (rounded > r->mapped) {
         rc = gvm_region_grow(r, rounded - r->mapped, grow_location(r));
     } else {
@@ -225,7 +238,7 @@ static gvm_status resize_large(struct gvm_region *r, size_t new_size)
     }
     if (rc != CUDA_SUCCESS) return from_cu(rc);
     gvm_stats_live(r->device, (int64_t)new_size - (int64_t)r->size);
-    GVM_STORE(r->size, new_size);
+    GVM_STORE(r->size, new_size);   /* copy hooks read it for their bound */
     return GVM_OK;
 }
 

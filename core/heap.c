@@ -277,10 +277,50 @@ static CUresult alloc_large(size_t size, int device, CUcontext ctx, const struct
     return CUDA_SUCCESS;
 }
 
+/* The error a native cuMemAlloc gives for a valid request that cannot be
+ * served: the driver's own error when the native call can return it too
+ * (the driver is shutting down, no context, a sticky fault), else out of
+ * memory. gvmshim's calls fail with errors that describe those calls (an
+ * access grant refused: invalid value), never the program's request.
+ * CUDA_ERROR_NOT_SUPPORTED stays: the caller passes the request through. */
+static CUresult native_alloc_error(CUresult rc)
+{
+    switch (rc) {
+    case CUDA_ERROR_OUT_OF_MEMORY:
+    case CUDA_ERROR_NOT_SUPPORTED:
+    case CUDA_ERROR_NOT_INITIALIZED:
+    case CUDA_ERROR_DEINITIALIZED:
+    case CUDA_ERROR_INVALID_CONTEXT:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+    case CUDA_ERROR_NOT_PERMITTED:
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+    case CUDA_ERROR_STREAM_CAPTURE_INVALIDATED:
+    case CUDA_ERROR_SYSTEM_NOT_READY:
+    case CUDA_ERROR_DEVICE_UNAVAILABLE:
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_INVALID_ADDRESS_SPACE:
+    case CUDA_ERROR_INVALID_PC:
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_ASSERT:
+    case CUDA_ERROR_UNKNOWN:
+        return rc;
+    default:
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+}
+
 CUresult gvm_heap_alloc(size_t size, int device, CUcontext ctx, const struct gvm_place *place, int tag,
                         uintptr_t *out)
 {
     if (!size) return CUDA_ERROR_INVALID_VALUE;
+    if (size > GVM_HEAP_ALLOC_MAX) {
+        gvm_stat_inc(alloc_failures);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
     gvm_heap_settle_deferred();
     CUresult rc;
     if (size <= gvm_settings.small_max && place->loc == device && !place->interleave) {
@@ -293,7 +333,7 @@ CUresult gvm_heap_alloc(size_t size, int device, CUcontext ctx, const struct gvm
     }
     if (rc != CUDA_SUCCESS) {
         gvm_stat_inc(alloc_failures);
-        return rc;
+        return native_alloc_error(rc);
     }
     gvm_stat_inc(allocations_total);
     gvm_stats_live(device, (int64_t)size);
@@ -319,7 +359,7 @@ static bool find_in(struct gvm_region *r, uintptr_t p, struct gvm_ref *ref)
     if (GVM_LOAD(r->kind) == GVM_REGION_CHUNK) {
         if (!gvm_slab_find(r, p, &ref->base, &ref->size, &ref->slot)) return false;
     } else {
-        size_t size = GVM_LOAD(r->size);
+        size_t size = GVM_LOAD(r->size);   /* gvm_realloc may change it meanwhile */
         if (p < base || p >= base + size) return false;
         ref->base = base;
         ref->size = size;
@@ -329,10 +369,10 @@ static bool find_in(struct gvm_region *r, uintptr_t p, struct gvm_ref *ref)
     return true;
 }
 
-bool gvm_heap_find(uintptr_t p, struct gvm_ref *ref)
+/* gvm_heap_find for the record r (a region or an alias) the address map
+ * holds for p. */
+static bool find_view(struct gvm_region *r, uintptr_t p, struct gvm_ref *ref)
 {
-    struct gvm_region *r = gvm_vamap_get(p);
-    if (!r) return false;
     /* Records may be retired and reused while we read them: what we read
      * counts only if neither the view nor the region changed generation. */
     unsigned vgen = gvm_region_gen(r);
@@ -357,6 +397,59 @@ bool gvm_heap_find(uintptr_t p, struct gvm_ref *ref)
     if (!gvm_region_stable(view, vgen) || !gvm_region_stable(r, rgen)) return false;
     ref->base += shift;
     return true;
+}
+
+bool gvm_heap_find(uintptr_t p, struct gvm_ref *ref)
+{
+    struct gvm_region *r = gvm_vamap_get(p);
+    return r && find_view(r, p, ref);
+}
+
+/* An alias outlives the allocation it shows when the program frees that
+ * first: its bound is then the freed allocation's (a large one keeps its
+ * size in the orphaned region; a small one is bounded by its slot). */
+static struct gvm_region *survivor(struct gvm_region *a, uintptr_t p, size_t *room)
+{
+    *room = 0;
+    if (__atomic_load_n(&a->state, __ATOMIC_ACQUIRE) != GVM_REGION_LIVE) return NULL;
+    struct gvm_region *t = __atomic_load_n(&a->target, __ATOMIC_ACQUIRE);
+    if (!t) return NULL;
+    size_t off = p - a->base, start = 0, end;
+    if (a->alias_slot >= 0) {
+        start = (size_t)a->alias_slot * t->slab->cls;
+        end = start + t->slab->cls;
+    } else if (GVM_LOAD(t->flags) & GVM_RF_ORPHAN) {
+        end = GVM_LOAD(t->size);
+    } else {
+        return NULL;
+    }
+    if (end > GVM_LOAD(a->mapped)) end = GVM_LOAD(a->mapped);
+    if (off < start || off >= end) return NULL;
+    *room = end - off;
+    return t;
+}
+
+struct gvm_region *gvm_heap_span(uintptr_t p, size_t *room)
+{
+    struct gvm_region *v = gvm_vamap_get(p);
+    if (!v) {
+        *room = SIZE_MAX;
+        return NULL;
+    }
+    bool alias = __atomic_load_n(&v->kind, __ATOMIC_RELAXED) == GVM_REGION_ALIAS;
+    struct gvm_ref ref;
+    if (!find_view(v, p, &ref)) {
+        if (alias) return survivor(v, p, room);
+        *room = 0;
+        return NULL;
+    }
+    *room = ref.base + ref.size - p;
+    if (alias) {
+        /* An alias keeps the length it had when its target grew. */
+        size_t view = v->base + GVM_LOAD(v->mapped) - p;
+        if (view < *room) *room = view;
+    }
+    return ref.region;
 }
 
 uint64_t gvm_heap_buffer_id(const struct gvm_ref *ref)

@@ -26,6 +26,11 @@ struct gvm_place {
                                     home), is counted as a spill and promoted when room returns */
 };
 
+/* No reservation can be larger than the 47-bit user address space: larger
+ * requests fail with CUDA_ERROR_OUT_OF_MEMORY as natively, before any
+ * rounding of their size could wrap. */
+#define GVM_HEAP_ALLOC_MAX ((size_t)1 << 47)
+
 /* Serves size bytes for the program on `device` (its current context ctx),
  * placed as `place` says. Returns the driver error a native cuMemAlloc
  * would give (CUDA_ERROR_OUT_OF_MEMORY when nothing fits). */
@@ -41,6 +46,14 @@ CUresult gvm_heap_free(uintptr_t p);
 
 /* Finds the live allocation containing p. Lock-free. */
 bool gvm_heap_find(uintptr_t p, struct gvm_ref *ref);
+
+/* For a copy or set touching memory from p on: the region of the live
+ * allocation containing p (alias resolved), with *room the bytes from p to
+ * that allocation's end (the size the program asked for). NULL with
+ * *room = 0 when p is in gvmshim's address space but in no live
+ * allocation (freed memory, padding); NULL with *room = SIZE_MAX when p is
+ * not gvmshim's. Lock-free, one address-map lookup. */
+struct gvm_region *gvm_heap_span(uintptr_t p, size_t *room);
 
 /* The region (alias resolved to its target) whose reservation contains p,
  * live or not; NULL when p is not in gvmshim's address space. */

@@ -69,19 +69,40 @@ static CUresult map_staging(struct gvm_phys *p)
     p->staging = va;
     return CUDA_SUCCESS;
 unmap:
-    DRV(cuMemUnmap, va, p->size);
+    if (gvm_phys_unmap(va, p->size) != CUDA_SUCCESS) {
+        p->stuck = true;   /* its caller puts it back: leaked there */
+        return rc;
+    }
 free_va:
     DRV(cuMemAddressFree, va, p->size);
     return rc;
 }
 
+CUresult gvm_phys_unmap(CUdeviceptr va, size_t size)
+{
+    CUresult rc = DRV(cuMemUnmap, va, size);
+    if (rc != CUDA_SUCCESS) rc = DRV(cuMemUnmap, va, size);
+    if (rc != CUDA_SUCCESS) gvm_warn("cuMemUnmap failed (%d) at %#lx", rc, (unsigned long)va);
+    return rc;
+}
+
+/* Memory that is still mapped somewhere stays allocated, its range
+ * reserved: the only safe answer to an unmap that keeps failing. */
+static void leak(struct gvm_phys *p)
+{
+    gvm_warn("leaking %zu bytes that could not be unmapped", p->size);
+    free(p);
+}
+
 void gvm_phys_destroy(struct gvm_phys *p)
 {
     if (!p) return;
-    if (p->staging) {
-        DRV(cuMemUnmap, p->staging, p->size);
-        DRV(cuMemAddressFree, p->staging, p->size);
+    if (p->staging && gvm_phys_unmap(p->staging, p->size) != CUDA_SUCCESS) p->stuck = true;
+    if (p->stuck) {
+        leak(p);
+        return;
     }
+    if (p->staging) DRV(cuMemAddressFree, p->staging, p->size);
     CUresult rc = DRV(cuMemRelease, p->handle);
     if (rc != CUDA_SUCCESS) rc = DRV(cuMemRelease, p->handle);   /* a passing fault */
     if (rc == CUDA_SUCCESS)
@@ -207,6 +228,10 @@ CUresult gvm_phys_get_many(int loc, const size_t *sizes, int n, bool staging, st
 void gvm_phys_put(struct gvm_phys *p)
 {
     if (!p) return;
+    if (p->stuck) {
+        leak(p);
+        return;
+    }
     struct pool *pl = &pools[gvm_loc_slot(p->loc)];
     pthread_mutex_lock(&pool_lock);
     bool keep = pl->bytes + p->size <= pl->limit;

@@ -16,6 +16,7 @@ struct gvm_phys {
     size_t size;
     int loc;                 /* device ordinal or GVM_LOC_HOST */
     CUdeviceptr staging;     /* second mapping for copies, 0 if none */
+    bool stuck;              /* a mapping of it could not be removed: never pooled or released */
     struct gvm_phys *next;   /* pool list */
 };
 
@@ -23,8 +24,16 @@ struct gvm_phys {
  * needs (POSIX_FD export, RDMA where the device supports it). */
 CUresult gvm_phys_create(int loc, size_t size, struct gvm_phys **out);
 
-/* Unmaps the staging mapping and releases the handle. */
+/* Unmaps the staging mapping and releases the handle. A staging mapping
+ * that cannot be removed keeps its range and handle (leaked, with a
+ * warning): freeing a range under a live mapping would let the next
+ * reservation there alias this memory. */
 void gvm_phys_destroy(struct gvm_phys *p);
+
+/* cuMemUnmap of [va, va+size), tried twice (a passing fault). A caller
+ * whose unmap still failed must neither free the range nor give the
+ * memory behind it back (mark the piece stuck). */
+CUresult gvm_phys_unmap(CUdeviceptr va, size_t size);
 
 /* A handle of exactly `size` at loc: from the pool, else created. With
  * staging, it also comes mapped at a staging address. */
@@ -37,7 +46,7 @@ CUresult gvm_phys_get(int loc, size_t size, bool staging, struct gvm_phys **out)
 CUresult gvm_phys_get_many(int loc, const size_t *sizes, int n, bool staging, struct gvm_phys **out);
 
 /* Gives a handle back: kept in its location's pool while under the pool
- * limit, destroyed otherwise. */
+ * limit, destroyed otherwise; a stuck one is leaked. */
 void gvm_phys_put(struct gvm_phys *p);
 
 /* Destroys pooled handles at loc until `bytes` are freed (SIZE_MAX: all).

@@ -137,10 +137,19 @@ static int ensure_blocks(struct gvm_region *r, int need)
 
 /* Undoes a failed grow: the blocks from `first` on were mapped in r's own
  * range only. */
+/* Unmaps block b's piece at va in view (r or one of its aliases). One that
+ * stays mapped is never given back, and the view's range never freed. */
+static void unmap_view(struct gvm_region *view, uintptr_t va, struct gvm_block *b)
+{
+    if (gvm_phys_unmap((CUdeviceptr)va, b->size) == CUDA_SUCCESS) return;
+    b->phys->stuck = true;
+    view->flags |= GVM_RF_LEAKED;
+}
+
 static void drop_new_blocks(struct gvm_region *r, int first)
 {
     for (int i = r->nblocks - 1; i >= first; i--) {
-        DRV(cuMemUnmap, (CUdeviceptr)(r->base + r->blocks[i].off), r->blocks[i].size);
+        unmap_view(r, r->base + r->blocks[i].off, &r->blocks[i]);
         gvm_phys_put(r->blocks[i].phys);
     }
     r->nblocks = first;
@@ -221,13 +230,10 @@ CUresult gvm_region_grow_striped(struct gvm_region *r, size_t len, uint64_t devi
 
 static void drop_block(struct gvm_region *r, struct gvm_block *b)
 {
-    uintptr_t views[MAX_VIEWS];
-    int nv = views_of(r, b, views, MAX_VIEWS);
     if (!b->phys) return;
-    for (int v = 0; v < nv; v++) {
-        CUresult rc = DRV(cuMemUnmap, (CUdeviceptr)views[v], b->size);
-        if (rc != CUDA_SUCCESS) gvm_warn("cuMemUnmap failed (%d) at %#lx", rc, (unsigned long)views[v]);
-    }
+    unmap_view(r, r->base + b->off, b);
+    for (struct gvm_region *a = r->aliases; a; a = a->aliases)
+        if (b->off + b->size <= a->mapped) unmap_view(a, a->base + b->off, b);
     gvm_stats_resident(b->phys->loc, -(int64_t)b->size);
     gvm_phys_put(b->phys);
     b->phys = NULL;
@@ -414,6 +420,11 @@ int gvm_region_block_at(const struct gvm_region *r, size_t off)
 void gvm_region_destroy(struct gvm_region *r)
 {
     gvm_region_shrink(r, 0);
+    if (r->flags & GVM_RF_LEAKED) {
+        gvm_warn("leaking the address range at %#lx: a mapping in it could not be removed",
+                 (unsigned long)r->base);
+        return;
+    }
     CUresult rc = DRV(cuMemAddressFree, (CUdeviceptr)r->base, r->reserved);
     if (rc != CUDA_SUCCESS) gvm_warn("cuMemAddressFree failed (%d) at %#lx", rc, (unsigned long)r->base);
 }
@@ -440,8 +451,7 @@ void gvm_region_unmirror(struct gvm_region *alias)
     struct gvm_region *t = alias->target;
     for (int i = 0; i < t->nblocks; i++) {
         struct gvm_block *b = &t->blocks[i];
-        if (b->phys && b->off + b->size <= alias->mapped)
-            DRV(cuMemUnmap, (CUdeviceptr)(alias->base + b->off), b->size);
+        if (b->phys && b->off + b->size <= alias->mapped) unmap_view(alias, alias->base + b->off, b);
     }
     GVM_STORE(alias->mapped, (size_t)0);
 }

@@ -35,6 +35,7 @@ enum gvm_region_flags {
     GVM_RF_DISCARDED = 2,    /* paused without a copy: contents are gone */
     GVM_RF_PINNED = 4,       /* never moved by the policy */
     GVM_RF_ORPHAN = 8,       /* freed by the program, kept alive by its aliases */
+    GVM_RF_LEAKED = 16,      /* a mapping in its range could not be removed: never free the range */
 };
 
 struct gvm_region {
@@ -122,7 +123,8 @@ CUresult gvm_region_grow(struct gvm_region *r, size_t len, int loc);
 CUresult gvm_region_grow_striped(struct gvm_region *r, size_t len, uint64_t devices);
 
 /* Unmaps the blocks from index `first` on (all views) and gives their
- * memory back to the pools; r->mapped shrinks accordingly. */
+ * memory back to the pools; r->mapped shrinks accordingly. A piece that
+ * cannot be unmapped is leaked and the view's region marked GVM_RF_LEAKED. */
 void gvm_region_shrink(struct gvm_region *r, int first);
 
 /* Replaces the memory behind [off, off+len) in every view: the pieces
@@ -158,14 +160,17 @@ size_t gvm_region_bytes_at(const struct gvm_region *r, int loc);
 int gvm_region_block_at(const struct gvm_region *r, size_t off);
 
 /* Unmaps and releases everything of r (not its aliases, which must be gone)
- * and frees its address range. */
+ * and frees its address range, unless a piece could not be unmapped
+ * (then that piece and the range are leaked, never freed under it). */
 void gvm_region_destroy(struct gvm_region *r);
 
 /* Maps every block of target into alias (whose reservation is done), with
  * the same access. On failure alias is left unmapped. */
 CUresult gvm_region_mirror(struct gvm_region *alias, struct gvm_region *target);
 
-/* Unmaps an alias's view of its target. */
+/* Unmaps an alias's view of its target. A piece that cannot be unmapped
+ * is marked stuck and the alias GVM_RF_LEAKED: its range must not be
+ * freed. */
 void gvm_region_unmirror(struct gvm_region *alias);
 
 /* Records that a view of r gained or lost its address-map entry. */

@@ -139,9 +139,8 @@ static CUresult slab_new(int device, int cidx, int tag, CUcontext ctx, struct gv
     return CUDA_SUCCESS;
 unmap:
     gvm_region_unpublish(r);
-    gvm_region_shrink(r, 0);
 unreserve:
-    DRV(cuMemAddressFree, (CUdeviceptr)r->base, r->reserved);
+    gvm_region_destroy(r);   /* nothing may be left mapped in a range it frees */
 fail:
     if (r) gvm_region_recycle(r);
     if (s) {

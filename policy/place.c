@@ -60,6 +60,8 @@ static struct gvm_place rule_place(size_t size, int device, int tag)
 
 CUresult gvm_policy_alloc(size_t size, int device, CUcontext ctx, int tag, uintptr_t *out)
 {
+    /* Before the charge is rounded (it would wrap) or spilling evicts for it. */
+    if (size > GVM_HEAP_ALLOC_MAX) return CUDA_ERROR_OUT_OF_MEMORY;
     struct gvm_place pl = rule_place(size, device, tag);
     if (pl.interleave) return gvm_heap_alloc(size, device, ctx, &pl, tag, out);
     size_t need = gvm_policy_charge(size);

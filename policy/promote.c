@@ -41,7 +41,10 @@ static void *promoter(void *arg)
     struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
     for (;;) {
         nanosleep(&ts, NULL);
-        size_t budget = (size_t)((double)gvm_policy.cfg->promote_rate * (double)ms / 1000.0);
+        /* A rate near SIZE_MAX times the interval is past what size_t holds
+         * (and converting such a double is undefined): saturate. */
+        double want = (double)gvm_policy.cfg->promote_rate * (double)ms / 1000.0;
+        size_t budget = want < (double)SIZE_MAX ? (size_t)want : SIZE_MAX;
         if (budget < gvm_topo.gran) budget = gvm_topo.gran;
         if (gvm_capture_open(-1)) continue;   /* a move would wait for the devices */
         for (int d = 0; d < gvm_topo.ndev; d++)

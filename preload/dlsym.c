@@ -38,7 +38,7 @@ __attribute__((visibility("hidden"), used)) GVM_NO_SANITIZE void *gvm_dlsym_look
         gvm_shim_loading() || gvm_cfg_disabled())
         return r;
     if (!gvm_shim_driver()) return r;
-    void *h = gvm_shim_hook_for(r, name);
+    void *h = gvm_shim_hook_for(r);
     return h ? h : r;
 }
 

@@ -2,7 +2,14 @@
  * a migration waits for the call and the call waits for a migration),
  * marks them used, and forwards to the matching real entry point: the
  * _ptds/_ptsz hooks call the _ptds/_ptsz real functions. Pointers that are
- * not gvmshim's cost one two-level table lookup each. */
+ * not gvmshim's cost one two-level table lookup each.
+ *
+ * A call whose gvmshim-owned side runs past the end of the allocation the
+ * program asked for (into gvmshim's rounding or a neighbour's slot), or
+ * starts in gvmshim's space outside any live allocation, fails with
+ * CUDA_ERROR_INVALID_VALUE without reaching the driver: the native answer
+ * for a call past the end of a cudaMalloc'd buffer (H200, 2026-11). The
+ * bound comes from the lookup the announcement needs anyway. */
 #include "preload/shim.h"
 
 #include <stdlib.h>
@@ -12,22 +19,44 @@ static inline void count_pass(struct gvm_region *a, struct gvm_region *b)
     if (!a && !b) gvm_stat_inc(passthrough_calls);
 }
 
-/* Two pointer arguments (device or host side), one real call. */
+/* Bytes a call touches when a product or sum of its extents wraps: no
+ * allocation is that large, so it fails the bound. */
+#define HUGE_SPAN SIZE_MAX
+
+/* Two pointer arguments (device or host side) of n bytes, one real call. */
 #define TWO_PTR_HOOK(fn, sig, args, pa, pb, use_a, use_b)                      \
     GVM_EXPORT CUresult CUDAAPI fn sig                                         \
     {                                                                          \
         gvm_hook_count(GVM_FN_##fn);                                           \
-        struct gvm_region *a_ = use_a(pa), *b_ = use_b(pb);                    \
-        count_pass(a_, b_);                                                    \
-        CUresult rc_ = GVM_REAL(fn) args;                                        \
+        bool bad_ = false;                                                     \
+        struct gvm_region *a_ = use_a(pa, n, &bad_), *b_ = use_b(pb, n, &bad_); \
+        CUresult rc_ = CUDA_ERROR_INVALID_VALUE;                               \
+        if (!bad_) {                                                           \
+            count_pass(a_, b_);                                                \
+            rc_ = GVM_REAL(fn) args;                                           \
+        }                                                                      \
         gvm_use_end(a_);                                                       \
         gvm_use_end(b_);                                                       \
         return rc_;                                                            \
     }
 
-#define DEV(p) gvm_shim_use((uintptr_t)(p))
-#define HOST(p) gvm_shim_use_host((const void *)(p))
-#define NONE(p) ((void)(p), (struct gvm_region *)0)
+#define DEV(p, n, bad) gvm_shim_use_span((uintptr_t)(p), (n), (bad))
+#define HOST(p, n, bad) use_host_span((const void *)(p), (n), (bad))
+#define NONE(p, n, bad) ((void)(p), (struct gvm_region *)0)
+
+/* A host-side argument that is gvmshim memory living on host (rare): the
+ * bound needs a lookup of its own. */
+static struct gvm_region *use_host_span(const void *p, size_t n, bool *bad)
+{
+    struct gvm_region *r = gvm_shim_use_host(p);
+    if (!r) return NULL;
+    size_t room;
+    gvm_heap_span((uintptr_t)p, &room);
+    if (n <= room) return r;
+    gvm_use_end(r);
+    *bad = true;
+    return NULL;
+}
 
 /* Base and per-thread-stream variant share one body. */
 #define BOTH_DS(fn, sig, args, pa, pb, ua, ub)                                 \
@@ -63,45 +92,94 @@ BOTH_SZ(cuMemcpyDtoDAsync_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstr
 
 /* ---- 2D / 3D descriptors ---------------------------------------------- */
 
-static struct gvm_region *use_side(CUmemorytype type, CUdeviceptr dev, const void *host)
+/* One side of a pitched copy, as the 2D, 3D and 3D peer descriptors give it. */
+struct side {
+    CUmemorytype type;
+    CUdeviceptr dev;
+    const void *host;
+    size_t x, y, z, pitch, height;
+};
+
+/* a * b + c, or HUGE_SPAN when it wraps. */
+static inline size_t mul_add(size_t a, size_t b, size_t c)
 {
-    if (type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED)
-        return gvm_shim_use(type == CU_MEMORYTYPE_UNIFIED && !dev ? (uintptr_t)host : dev);
-    if (type == CU_MEMORYTYPE_HOST) return gvm_shim_use_host(host);
+    size_t r;
+    if (__builtin_mul_overflow(a, b, &r) || __builtin_add_overflow(r, c, &r)) return HUGE_SPAN;
+    return r;
+}
+
+/* Bytes from the side's base pointer to one past the last byte a copy of
+ * w x h x d touches there (0 for an empty copy). */
+static size_t side_extent(const struct side *s, size_t w, size_t h, size_t d)
+{
+    if (!w || !h || !d) return 0;
+    size_t first = mul_add(mul_add(s->z, s->height, s->y), s->pitch, s->x);
+    size_t span = mul_add(mul_add(d - 1, s->height, h - 1), s->pitch, w);
+    return mul_add(1, first, span);
+}
+
+static struct gvm_region *use_side(const struct side *s, size_t w, size_t h, size_t d, bool *bad)
+{
+    if (s->type == CU_MEMORYTYPE_DEVICE || s->type == CU_MEMORYTYPE_UNIFIED) {
+        uintptr_t p = s->type == CU_MEMORYTYPE_UNIFIED && !s->dev ? (uintptr_t)s->host : s->dev;
+        return gvm_shim_use_span(p, side_extent(s, w, h, d), bad);
+    }
+    if (s->type == CU_MEMORYTYPE_HOST) return use_host_span(s->host, side_extent(s, w, h, d), bad);
     return NULL;
 }
 
-#define DESC_HOOK(fn, sig, args, desc)                                         \
+#define SIDE(d, which, z_, height_)                                            \
+    ((struct side){(d)->which##MemoryType, (d)->which##Device, (d)->which##Host, (d)->which##XInBytes, \
+                   (d)->which##Y, (z_), (d)->which##Pitch, (height_)})
+#define SIDE_2D(d, which) SIDE(d, which, 0, 0)
+#define SIDE_3D(d, which) SIDE(d, which, (d)->which##Z, (d)->which##Height)
+#define DEPTH_2D(d) 1
+#define DEPTH_3D(d) (d)->Depth
+
+#define DESC_HOOK(fn, sig, args, desc, kind)                                   \
     GVM_EXPORT CUresult CUDAAPI fn sig                                         \
     {                                                                          \
         gvm_hook_count(GVM_FN_##fn);                                           \
         struct gvm_region *a_ = NULL, *b_ = NULL;                              \
-        if (desc) {                                                            \
-            a_ = use_side((desc)->srcMemoryType, (desc)->srcDevice, (desc)->srcHost); \
-            b_ = use_side((desc)->dstMemoryType, (desc)->dstDevice, (desc)->dstHost); \
+        bool bad_ = false;                                                     \
+        if (desc && gvm_shim_active()) {                                       \
+            struct side s_ = SIDE_##kind(desc, src), d_ = SIDE_##kind(desc, dst); \
+            size_t w_ = (desc)->WidthInBytes, h_ = (desc)->Height, z_ = DEPTH_##kind(desc); \
+            a_ = use_side(&s_, w_, h_, z_, &bad_);                             \
+            b_ = use_side(&d_, w_, h_, z_, &bad_);                             \
         }                                                                      \
-        count_pass(a_, b_);                                                    \
-        CUresult rc_ = GVM_REAL(fn) args;                                        \
+        CUresult rc_ = CUDA_ERROR_INVALID_VALUE;                               \
+        if (!bad_) {                                                           \
+            count_pass(a_, b_);                                                \
+            rc_ = GVM_REAL(fn) args;                                           \
+        }                                                                      \
         gvm_use_end(a_);                                                       \
         gvm_use_end(b_);                                                       \
         return rc_;                                                            \
     }
 
-#define DESC_DS(fn, sig, args, d) DESC_HOOK(fn, sig, args, d) DESC_HOOK(fn##_ptds, sig, args, d)
-#define DESC_SZ(fn, sig, args, d) DESC_HOOK(fn, sig, args, d) DESC_HOOK(fn##_ptsz, sig, args, d)
+#define DESC_DS(fn, sig, args, d, k) DESC_HOOK(fn, sig, args, d, k) DESC_HOOK(fn##_ptds, sig, args, d, k)
+#define DESC_SZ(fn, sig, args, d, k) DESC_HOOK(fn, sig, args, d, k) DESC_HOOK(fn##_ptsz, sig, args, d, k)
 
-DESC_DS(cuMemcpy2D_v2, (const CUDA_MEMCPY2D *p), (p), p)
-DESC_DS(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D *p), (p), p)
-DESC_SZ(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D *p, CUstream s), (p, s), p)
-DESC_DS(cuMemcpy3D_v2, (const CUDA_MEMCPY3D *p), (p), p)
-DESC_SZ(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D *p, CUstream s), (p, s), p)
-DESC_DS(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER *p), (p), p)
-DESC_SZ(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER *p, CUstream s), (p, s), p)
+DESC_DS(cuMemcpy2D_v2, (const CUDA_MEMCPY2D *p), (p), p, 2D)
+DESC_DS(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D *p), (p), p, 2D)
+DESC_SZ(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D *p, CUstream s), (p, s), p, 2D)
+DESC_DS(cuMemcpy3D_v2, (const CUDA_MEMCPY3D *p), (p), p, 3D)
+DESC_SZ(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D *p, CUstream s), (p, s), p, 3D)
+DESC_DS(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER *p), (p), p, 3D)
+DESC_SZ(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER *p, CUstream s), (p, s), p, 3D)
 
 /* ---- batches ---------------------------------------------------------- */
 
 #define BATCH_STACK 32
 
+static void end_all(struct gvm_region **used, size_t n)
+{
+    for (size_t i = 0; i < n; i++) gvm_use_end(used[i]);
+}
+
+/* Every entry is checked before the driver copies any: a batch with one
+ * entry past the end copies nothing, as natively. */
 static CUresult batch(enum gvm_driver_fn fn, __typeof__(cuMemcpyBatchAsync_v2) *real, CUdeviceptr *dsts,
                       CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs,
                       size_t *idxs, size_t nattrs, CUstream s)
@@ -110,21 +188,25 @@ static CUresult batch(enum gvm_driver_fn fn, __typeof__(cuMemcpyBatchAsync_v2) *
     struct gvm_region *stack[2 * BATCH_STACK];
     struct gvm_region **used = stack;
     size_t n = 0;
-    if (gvm_shim_active() && dsts && srcs) {
+    bool bad = false;
+    if (gvm_shim_active() && dsts && srcs && sizes) {
+        /* Arrays of that many pointers cannot exist. */
+        if (count > SIZE_MAX / (2 * sizeof *used)) return CUDA_ERROR_INVALID_VALUE;
         if (count > BATCH_STACK) used = malloc(2 * count * sizeof *used);
         if (!used) return CUDA_ERROR_OUT_OF_MEMORY;
-        for (size_t i = 0; i < count; i++) {
-            used[n++] = gvm_shim_use(dsts[i]);
-            used[n++] = gvm_shim_use(srcs[i]);
+        for (size_t i = 0; i < count && !bad; i++) {
+            used[n++] = gvm_shim_use_span(dsts[i], sizes[i], &bad);
+            used[n++] = gvm_shim_use_span(srcs[i], sizes[i], &bad);
         }
     }
-    CUresult rc = real(dsts, srcs, sizes, count, attrs, idxs, nattrs, s);
-    bool ours = false;
-    for (size_t i = 0; i < n; i++) {
-        ours |= used[i] != NULL;
-        gvm_use_end(used[i]);
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    if (!bad) {
+        bool ours = false;
+        for (size_t i = 0; i < n; i++) ours |= used[i] != NULL;
+        if (!ours) gvm_stat_inc(passthrough_calls);
+        rc = real(dsts, srcs, sizes, count, attrs, idxs, nattrs, s);
     }
-    if (!ours) gvm_stat_inc(passthrough_calls);
+    end_all(used, n);
     if (used != stack) free(used);
     return rc;
 }
@@ -146,40 +228,55 @@ GVM_EXPORT CUresult CUDAAPI cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *d, CUdevicep
 
 /* ---- sets --------------------------------------------------------------- */
 
-#define SET_HOOK(fn, sig, args)                                                \
+/* Bytes h rows of w elements of `elem` bytes, `pitch` apart, touch. */
+static inline size_t set_span(size_t pitch, size_t w, size_t elem, size_t h)
+{
+    if (!w || !h) return 0;
+    size_t row = mul_add(w, elem, 0);
+    return row == HUGE_SPAN ? HUGE_SPAN : mul_add(h - 1, pitch, row);
+}
+
+#define SET_HOOK(fn, sig, args, span)                                          \
     GVM_EXPORT CUresult CUDAAPI fn sig                                         \
     {                                                                          \
         gvm_hook_count(GVM_FN_##fn);                                           \
-        struct gvm_region *a_ = gvm_shim_use(dst);                             \
+        bool bad_ = false;                                                     \
+        struct gvm_region *a_ = gvm_shim_use_span(dst, span, &bad_);           \
+        if (bad_) return CUDA_ERROR_INVALID_VALUE;                             \
         count_pass(a_, NULL);                                                  \
-        CUresult rc_ = GVM_REAL(fn) args;                                        \
+        CUresult rc_ = GVM_REAL(fn) args;                                      \
         gvm_use_end(a_);                                                       \
         return rc_;                                                            \
     }
-#define SET_DS(fn, sig, args) SET_HOOK(fn, sig, args) SET_HOOK(fn##_ptds, sig, args)
-#define SET_SZ(fn, sig, args) SET_HOOK(fn, sig, args) SET_HOOK(fn##_ptsz, sig, args)
+#define SET_DS(fn, sig, args, span) SET_HOOK(fn, sig, args, span) SET_HOOK(fn##_ptds, sig, args, span)
+#define SET_SZ(fn, sig, args, span) SET_HOOK(fn, sig, args, span) SET_HOOK(fn##_ptsz, sig, args, span)
 
-SET_DS(cuMemsetD8_v2, (CUdeviceptr dst, unsigned char v, size_t n), (dst, v, n))
-SET_DS(cuMemsetD16_v2, (CUdeviceptr dst, unsigned short v, size_t n), (dst, v, n))
-SET_DS(cuMemsetD32_v2, (CUdeviceptr dst, unsigned int v, size_t n), (dst, v, n))
+#define SPAN_1D(elem) set_span(0, n, elem, 1)
+#define SPAN_2D(elem) set_span(pitch, w, elem, h)
+
+SET_DS(cuMemsetD8_v2, (CUdeviceptr dst, unsigned char v, size_t n), (dst, v, n), SPAN_1D(1))
+SET_DS(cuMemsetD16_v2, (CUdeviceptr dst, unsigned short v, size_t n), (dst, v, n), SPAN_1D(2))
+SET_DS(cuMemsetD32_v2, (CUdeviceptr dst, unsigned int v, size_t n), (dst, v, n), SPAN_1D(4))
 SET_DS(cuMemsetD2D8_v2, (CUdeviceptr dst, size_t pitch, unsigned char v, size_t w, size_t h),
-       (dst, pitch, v, w, h))
+       (dst, pitch, v, w, h), SPAN_2D(1))
 SET_DS(cuMemsetD2D16_v2, (CUdeviceptr dst, size_t pitch, unsigned short v, size_t w, size_t h),
-       (dst, pitch, v, w, h))
+       (dst, pitch, v, w, h), SPAN_2D(2))
 SET_DS(cuMemsetD2D32_v2, (CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t h),
-       (dst, pitch, v, w, h))
-SET_SZ(cuMemsetD8Async, (CUdeviceptr dst, unsigned char v, size_t n, CUstream s), (dst, v, n, s))
-SET_SZ(cuMemsetD16Async, (CUdeviceptr dst, unsigned short v, size_t n, CUstream s), (dst, v, n, s))
-SET_SZ(cuMemsetD32Async, (CUdeviceptr dst, unsigned int v, size_t n, CUstream s), (dst, v, n, s))
+       (dst, pitch, v, w, h), SPAN_2D(4))
+SET_SZ(cuMemsetD8Async, (CUdeviceptr dst, unsigned char v, size_t n, CUstream s), (dst, v, n, s), SPAN_1D(1))
+SET_SZ(cuMemsetD16Async, (CUdeviceptr dst, unsigned short v, size_t n, CUstream s), (dst, v, n, s),
+       SPAN_1D(2))
+SET_SZ(cuMemsetD32Async, (CUdeviceptr dst, unsigned int v, size_t n, CUstream s), (dst, v, n, s),
+       SPAN_1D(4))
 SET_SZ(cuMemsetD2D8Async,
        (CUdeviceptr dst, size_t pitch, unsigned char v, size_t w, size_t h, CUstream s),
-       (dst, pitch, v, w, h, s))
+       (dst, pitch, v, w, h, s), SPAN_2D(1))
 SET_SZ(cuMemsetD2D16Async,
        (CUdeviceptr dst, size_t pitch, unsigned short v, size_t w, size_t h, CUstream s),
-       (dst, pitch, v, w, h, s))
+       (dst, pitch, v, w, h, s), SPAN_2D(2))
 SET_SZ(cuMemsetD2D32Async,
        (CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s),
-       (dst, pitch, v, w, h, s))
+       (dst, pitch, v, w, h, s), SPAN_2D(4))
 
 /* A host-side argument may be gvmshim memory living in host memory: the
  * driver's CPU side copies through it, so it needs CPU access first (taken

@@ -54,9 +54,12 @@ GVM_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch,
 {
     gvm_hook_count(GVM_FN_cuMemAllocPitch_v2);
     bool valid = dptr && pitch && width && height && (elem == 4 || elem == 8 || elem == 16);
-    if (valid) {
-        size_t p = (width + PITCH_ALIGN - 1) / PITCH_ALIGN * PITCH_ALIGN;
-        CUresult rc = serve(p * height, dptr);
+    size_t p = 0, bytes = 0;
+    /* A size that wraps is the driver's to refuse, as natively. */
+    if (valid && !__builtin_add_overflow(width, PITCH_ALIGN - 1, &p) &&
+        !__builtin_mul_overflow(p / PITCH_ALIGN * PITCH_ALIGN, height, &bytes)) {
+        p = p / PITCH_ALIGN * PITCH_ALIGN;
+        CUresult rc = serve(bytes, dptr);
         if (rc != CUDA_ERROR_NOT_SUPPORTED) {
             if (rc == CUDA_SUCCESS) *pitch = p;
             return rc;

@@ -9,8 +9,6 @@
 #define _GNU_SOURCE
 #include "preload/shim.h"
 
-#include "policy/place.h"
-
 #include <dlfcn.h>
 #include <string.h>
 
@@ -30,7 +28,7 @@ static void *hook_at(int i)
     return gvm_hook_table[i];
 }
 
-void *gvm_shim_hook_for(void *real, const char *name_hint)
+void *gvm_shim_hook_for(void *real)
 {
     if (!real) return NULL;
     void *const *slots = (void *const *)&gvm_drv;
@@ -44,32 +42,34 @@ void *gvm_shim_hook_for(void *real, const char *name_hint)
         for (int i = 0; i < GVM_FN_COUNT; i++)
             if (!strcmp(gvm_driver_names[i], info.dli_sname)) return hook_at(i);
     }
-    (void)name_hint;
     return NULL;
 }
 
-static void substitute(void **pfn, const char *symbol)
+/* Without a driver table gvmshim serves nothing: the driver's answer
+ * stands unchanged. */
+static void substitute(void **pfn)
 {
-    if (!pfn || !*pfn || gvm_cfg_disabled()) return;
-    void *h = gvm_shim_hook_for(*pfn, symbol);
+    if (!pfn || !*pfn || gvm_cfg_disabled() || !gvm_shim_driver()) return;
+    void *h = gvm_shim_hook_for(*pfn);
     if (h) *pfn = h;
 }
 
+/* Like every hook, the resolvers forward to the real function even when
+ * the driver table could not be loaded (GVM_REAL falls back to the next
+ * definition): a shim that cannot serve must be invisible. */
 GVM_EXPORT CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int version,
                                                 cuuint64_t flags, CUdriverProcAddressQueryResult *status)
 {
-    if (!gvm_shim_driver() || !gvm_drv.cuGetProcAddress_v2) return CUDA_ERROR_NOT_INITIALIZED;
     gvm_hook_count(GVM_FN_cuGetProcAddress_v2);
     CUresult rc = GVM_REAL(cuGetProcAddress_v2)(symbol, pfn, version, flags, status);
-    if (rc == CUDA_SUCCESS) substitute(pfn, symbol);
+    if (rc == CUDA_SUCCESS) substitute(pfn);
     return rc;
 }
 
 GVM_EXPORT CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
 {
-    if (!gvm_shim_driver() || !gvm_drv.cuGetProcAddress) return CUDA_ERROR_NOT_INITIALIZED;
     gvm_hook_count(GVM_FN_cuGetProcAddress);
     CUresult rc = GVM_REAL(cuGetProcAddress)(symbol, pfn, version, flags);
-    if (rc == CUDA_SUCCESS) substitute(pfn, symbol);
+    if (rc == CUDA_SUCCESS) substitute(pfn);
     return rc;
 }

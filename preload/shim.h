@@ -46,7 +46,7 @@ bool gvm_shim_tracks_launches(void);
 bool gvm_cfg_disabled(void);
 
 /* The hook that replaces a real entry point, or NULL. */
-void *gvm_shim_hook_for(void *real, const char *name_hint);
+void *gvm_shim_hook_for(void *real);
 
 /* The real dlsym, reached through dlvsym (the public one is ours). */
 void *gvm_real_dlsym(void *handle, const char *name);
@@ -67,6 +67,22 @@ static inline struct gvm_region *gvm_shim_use(uintptr_t p)
     return gvm_shim_active() ? gvm_use_begin(p) : (struct gvm_region *)0;
 }
 struct gvm_region *gvm_shim_use_host(const void *p);
+
+/* gvm_shim_use for a call touching [p, p+n): sets *bad (and announces
+ * nothing) when p is gvmshim's and the span leaves the live allocation
+ * containing p, or p is in no live allocation. */
+static inline struct gvm_region *gvm_shim_use_span(uintptr_t p, size_t n, bool *bad)
+{
+    if (!gvm_shim_active()) return NULL;
+    size_t room;
+    struct gvm_region *r = gvm_heap_span(p, &room);
+    if (n > room) {
+        *bad = true;
+        return NULL;
+    }
+    if (r) gvm_use_region(r);
+    return r;
+}
 
 /* Hooks exported under libcuda's names, in the order of GVM_DRIVER_ALL. */
 extern void *const gvm_hook_table[GVM_FN_COUNT];

@@ -248,9 +248,11 @@ static void failed_driver_call_returns_its_error_and_leaks_nothing(void)
     const char *calls[] = {"cuMemAddressReserve", "cuMemCreate", "cuMemMap", "cuMemSetAccess"};
     for (int i = 0; i < 4; i++) {
         CUdeviceptr p = 0;
-        /* Not OOM: an OOM is answered by trimming caches and retrying. */
+        /* Not OOM: an OOM is answered by trimming caches and retrying. The
+         * driver's answer to gvmshim's call is no answer a native cuMemAlloc
+         * gives for a valid request: the program sees out of memory. */
         fail(calls[i], 1, CUDA_ERROR_INVALID_VALUE);
-        CHECK_EQ(D(cuMemAlloc_v2, &p, 100 * MiB), CUDA_ERROR_INVALID_VALUE);
+        CHECK_EQ(D(cuMemAlloc_v2, &p, 100 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
         CHECK_EQ(handles(), h);
         CHECK_EQ(reservations(), r);
     }

@@ -29,6 +29,9 @@ void simcuda_fail_nth(unsigned long n, CUresult err);
  * "cuMemcpyHtoD_v2_ptds") fails with err; nth = 0 cancels. An unknown name
  * aborts the test, so a typo cannot pass silently. */
 void simcuda_fail_call(const char *name, unsigned long nth, CUresult err);
+/* Like simcuda_fail_call, but the nth next call and the times-1 calls of
+ * that entry point after it all fail (a fault that a retry does not cure). */
+void simcuda_fail_calls(const char *name, unsigned long nth, unsigned long times, CUresult err);
 
 /* Call counters, injected failures included. */
 unsigned long simcuda_call_count(void);
@@ -40,6 +43,7 @@ size_t simcuda_phys_bytes(int location); /* live cuMemCreate bytes there */
 long simcuda_live_handles(void);      /* physical allocations not yet freed */
 long simcuda_live_reservations(void); /* cuMemAddressReserve ranges */
 long simcuda_live_mappings(void);     /* cuMemMap ranges, orphans included */
+long simcuda_orphan_mappings(void);   /* mappings whose reservation was freed under them */
 long simcuda_live_native(void);       /* cuMemAlloc* allocations */
 
 /* What the "hardware" sees at an address. */

@@ -23,6 +23,7 @@ static unsigned long sim_fail_any_left;
 static CUresult sim_fail_any_err;
 static unsigned long sim_fail_fn_left[SIM_FN_COUNT];
 static CUresult sim_fail_fn_err[SIM_FN_COUNT];
+static unsigned long sim_fail_fn_more[SIM_FN_COUNT]; /* failures after the armed one */
 
 void sim_die(const char *what)
 {
@@ -160,6 +161,10 @@ int sim_enter(enum sim_fn fn, int mode, CUresult *rc)
     __atomic_fetch_add(&sim_calls[fn], 1, __ATOMIC_RELAXED);
     int any = sim_fault_fires(&sim_fail_any_left);
     int mine = sim_fault_fires(&sim_fail_fn_left[fn]);
+    if (mine && __atomic_load_n(&sim_fail_fn_more[fn], __ATOMIC_RELAXED)) {
+        __atomic_fetch_sub(&sim_fail_fn_more[fn], 1, __ATOMIC_RELAXED);
+        __atomic_store_n(&sim_fail_fn_left[fn], 1, __ATOMIC_RELEASE); /* the next call too */
+    }
     if (any || mine) {
         *rc = __atomic_load_n(any ? &sim_fail_any_err : &sim_fail_fn_err[fn],
                               __ATOMIC_RELAXED);
@@ -267,7 +272,15 @@ void simcuda_fail_call(const char *name, unsigned long nth, CUresult err)
         abort();
     }
     __atomic_store_n(&sim_fail_fn_err[i], err, __ATOMIC_RELAXED);
+    __atomic_store_n(&sim_fail_fn_more[i], 0, __ATOMIC_RELAXED);
     __atomic_store_n(&sim_fail_fn_left[i], nth, __ATOMIC_RELEASE);
+}
+
+void simcuda_fail_calls(const char *name, unsigned long nth, unsigned long times, CUresult err)
+{
+    simcuda_fail_call(name, times ? nth : 0, err);
+    if (times && nth)
+        __atomic_store_n(&sim_fail_fn_more[sim_fn_lookup(name)], times - 1, __ATOMIC_RELAXED);
 }
 
 unsigned long simcuda_call_count(void)
@@ -291,8 +304,10 @@ void simcuda_reset_counts(void)
 static void sim_disarm_faults(void)
 {
     __atomic_store_n(&sim_fail_any_left, 0, __ATOMIC_RELAXED);
-    for (int i = 0; i < SIM_FN_COUNT; i++)
+    for (int i = 0; i < SIM_FN_COUNT; i++) {
         __atomic_store_n(&sim_fail_fn_left[i], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&sim_fail_fn_more[i], 0, __ATOMIC_RELAXED);
+    }
 }
 
 void simcuda_set_capacity(int location, size_t bytes)

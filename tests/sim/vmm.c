@@ -539,3 +539,13 @@ long simcuda_live_handles(void) { return sim_count(&sim.handles); }
 long simcuda_live_reservations(void) { return sim_count(&sim.resvs); }
 long simcuda_live_mappings(void) { return sim_count(&sim.maps); }
 long simcuda_live_native(void) { return sim_count(&sim.natives); }
+
+long simcuda_orphan_mappings(void)
+{
+    long n = 0;
+    pthread_rwlock_rdlock(&sim.lock);
+    for (size_t i = 0; i < sim.maps.len; i++)
+        n += ((struct sim_map *)sim.maps.item[i])->resv == NULL;
+    pthread_rwlock_unlock(&sim.lock);
+    return n;
+}
