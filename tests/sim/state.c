@@ -115,6 +115,7 @@ static void sim_config_from_env(void)
     sim.no_vmm = sim_env_flag("SIMCUDA_NO_VMM");
     sim.no_peer = sim_env_flag("SIMCUDA_NO_PEER");
     sim.tracing = sim_env_flag("SIMCUDA_TRACE");
+    sim.cpu_faults = sim_env_flag("SIMCUDA_CPU_FAULTS");
 }
 
 void sim_config_load(void)
@@ -181,6 +182,20 @@ CUresult sim_leave(enum sim_fn fn, CUresult rc)
                 name ? name : "?", (int)rc);
     }
     return rc;
+}
+
+/* Like a driver that survives fork: no other thread of the parent is
+ * inside the sim when the child starts, so the child's calls cannot block
+ * on a lock that nobody in the child will ever release. */
+static void sim_fork_prepare(void) { pthread_rwlock_wrlock(&sim.lock); }
+static void sim_fork_parent(void) { pthread_rwlock_unlock(&sim.lock); }
+/* The child's thread has another id than the writer it inherited the lock
+ * from, so unlocking would not release it: start it over. */
+static void sim_fork_child(void) { pthread_rwlock_init(&sim.lock, NULL); }
+
+__attribute__((constructor)) static void sim_fork_safe(void)
+{
+    pthread_atfork(sim_fork_prepare, sim_fork_parent, sim_fork_child);
 }
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -321,6 +336,12 @@ void simcuda_set_vmm(int supported)
 {
     sim_config_load();
     __atomic_store_n(&sim.no_vmm, !supported, __ATOMIC_RELAXED);
+}
+
+void simcuda_set_cpu_faults(int on)
+{
+    sim_config_load();
+    __atomic_store_n(&sim.cpu_faults, on, __ATOMIC_RELAXED);
 }
 
 void simcuda_set_peer(int supported)
