@@ -29,6 +29,9 @@ void simcuda_fail_nth(unsigned long n, CUresult err);
  * "cuMemcpyHtoD_v2_ptds") fails with err; nth = 0 cancels. An unknown name
  * aborts the test, so a typo cannot pass silently. */
 void simcuda_fail_call(const char *name, unsigned long nth, CUresult err);
+/* The next `times` calls of that entry point all fail with err (a failure
+ * that persists); 0 cancels. */
+void simcuda_fail_calls(const char *name, unsigned long times, CUresult err);
 
 /* Call counters, injected failures included. */
 unsigned long simcuda_call_count(void);

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 struct sim_state sim = {.lock = PTHREAD_RWLOCK_INITIALIZER};
 
@@ -23,6 +25,7 @@ static unsigned long sim_fail_any_left;
 static CUresult sim_fail_any_err;
 static unsigned long sim_fail_fn_left[SIM_FN_COUNT];
 static CUresult sim_fail_fn_err[SIM_FN_COUNT];
+static unsigned long sim_fail_fn_times[SIM_FN_COUNT]; /* the next calls that all fail */
 
 void sim_die(const char *what)
 {
@@ -161,6 +164,12 @@ int sim_enter(enum sim_fn fn, int mode, CUresult *rc)
     __atomic_fetch_add(&sim_calls[fn], 1, __ATOMIC_RELAXED);
     int any = sim_fault_fires(&sim_fail_any_left);
     int mine = sim_fault_fires(&sim_fail_fn_left[fn]);
+    unsigned long times = __atomic_load_n(&sim_fail_fn_times[fn], __ATOMIC_RELAXED);
+    while (!any && !mine && times) {
+        if (__atomic_compare_exchange_n(&sim_fail_fn_times[fn], &times, times - 1, 0,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_RELAXED))
+            mine = 1;
+    }
     if (any || mine) {
         *rc = __atomic_load_n(any ? &sim_fail_any_err : &sim_fail_fn_err[fn],
                               __ATOMIC_RELAXED);
@@ -189,9 +198,15 @@ CUresult sim_leave(enum sim_fn fn, CUresult rc)
  * on a lock that nobody in the child will ever release. */
 static void sim_fork_prepare(void) { pthread_rwlock_wrlock(&sim.lock); }
 static void sim_fork_parent(void) { pthread_rwlock_unlock(&sim.lock); }
-/* The child's thread has another id than the writer it inherited the lock
- * from, so unlocking would not release it: start it over. */
-static void sim_fork_child(void) { pthread_rwlock_init(&sim.lock, NULL); }
+/* The lock still names the parent's waiters (threads the child does not
+ * have) and a writer id that is not the child's thread's: unlock it, so
+ * ThreadSanitizer sees it released, then start it over for glibc. */
+static void sim_fork_child(void)
+{
+    sim.lock.__data.__cur_writer = (int)syscall(SYS_gettid);
+    pthread_rwlock_unlock(&sim.lock);
+    pthread_rwlock_init(&sim.lock, NULL);
+}
 
 __attribute__((constructor)) static void sim_fork_safe(void)
 {
@@ -285,6 +300,18 @@ void simcuda_fail_call(const char *name, unsigned long nth, CUresult err)
     __atomic_store_n(&sim_fail_fn_left[i], nth, __ATOMIC_RELEASE);
 }
 
+void simcuda_fail_calls(const char *name, unsigned long times, CUresult err)
+{
+    int i = sim_fn_lookup(name);
+    if (i < 0) {
+        fprintf(stderr, "simcuda_fail_calls: the sim has no entry point '%s'\n",
+                name ? name : "(null)");
+        abort();
+    }
+    __atomic_store_n(&sim_fail_fn_err[i], err, __ATOMIC_RELAXED);
+    __atomic_store_n(&sim_fail_fn_times[i], times, __ATOMIC_RELEASE);
+}
+
 unsigned long simcuda_call_count(void)
 {
     return __atomic_load_n(&sim_calls_total, __ATOMIC_RELAXED);
@@ -306,8 +333,10 @@ void simcuda_reset_counts(void)
 static void sim_disarm_faults(void)
 {
     __atomic_store_n(&sim_fail_any_left, 0, __ATOMIC_RELAXED);
-    for (int i = 0; i < SIM_FN_COUNT; i++)
+    for (int i = 0; i < SIM_FN_COUNT; i++) {
         __atomic_store_n(&sim_fail_fn_left[i], 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&sim_fail_fn_times[i], 0, __ATOMIC_RELAXED);
+    }
 }
 
 void simcuda_set_capacity(int location, size_t bytes)
