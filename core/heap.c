@@ -296,7 +296,7 @@ static CUresult alloc_large(size_t size, int device, CUcontext ctx, const struct
     r->size = size;
     GVM_STORE(r->tag, tag);
     GVM_STORE(r->flags, 0u);
-    r->buffer_id = gvm_next_buffer_id();
+    GVM_STORE(r->buffer_id, gvm_next_buffer_id());
     r->last_use = gvm_clock_tick();   /* a new allocation is about to be used */
     GVM_STORE(r->spilled_at, 0);
     __atomic_store_n(&r->state, GVM_REGION_LIVE, __ATOMIC_RELEASE);

@@ -344,7 +344,7 @@ static CUresult move_blocks(struct gvm_region *r, int loc, bool quiesce)
     } else {
         count_move(r, &p, loc);
         commit(r, &p);
-        r->buffer_id = gvm_next_buffer_id();
+        GVM_STORE(r->buffer_id, gvm_next_buffer_id());
         if (r->kind == GVM_REGION_CHUNK) gvm_slab_renew_ids(r);
         gvm_debug("moved %#lx (%d groups, %d pieces) to location %d", (unsigned long)r->base, p.ng, p.ndst, loc);
     }

@@ -26,7 +26,8 @@ static inline void count_pass(struct gvm_region *a, struct gvm_region *b)
     }
 
 #define DEV(p) gvm_shim_use((uintptr_t)(p))
-#define HOST(p) gvm_shim_use_host((const void *)(p))
+/* Every 1D hook names its byte count n. */
+#define HOST(p) gvm_shim_use_host((const void *)(p), n)
 #define NONE(p) ((void)(p), (struct gvm_region *)0)
 
 /* Base and per-thread-stream variant share one body. */
@@ -63,22 +64,56 @@ BOTH_SZ(cuMemcpyDtoDAsync_v2, (CUdeviceptr dst, CUdeviceptr src, size_t n, CUstr
 
 /* ---- 2D / 3D descriptors ---------------------------------------------- */
 
-static struct gvm_region *use_side(CUmemorytype type, CUdeviceptr dev, const void *host)
+/* The bytes one side of a pitched copy spans: from its first byte copied
+ * to its last, rows and layers between included. */
+struct side_extent {
+    size_t x, y, z, pitch, height;   /* origin and layout of the side */
+    size_t w, h, d;                  /* the copy's extent */
+};
+
+static bool side_span(const struct side_extent *e, size_t *first, size_t *len)
+{
+    size_t rows, last_row;
+    if (!e->w || !e->h || !e->d) return false;
+    if (__builtin_mul_overflow(e->z, e->height, &rows) || __builtin_add_overflow(rows, e->y, &rows) ||
+        __builtin_mul_overflow(rows, e->pitch, first) || __builtin_add_overflow(*first, e->x, first))
+        return false;
+    if (__builtin_mul_overflow(e->d - 1, e->height, &rows) || __builtin_add_overflow(rows, e->h - 1, &rows) ||
+        __builtin_mul_overflow(rows, e->pitch, &last_row) || __builtin_add_overflow(last_row, e->w, len))
+        return false;
+    return true;
+}
+
+static struct gvm_region *use_side(CUmemorytype type, CUdeviceptr dev, const void *host,
+                                   struct side_extent e)
 {
     if (type == CU_MEMORYTYPE_DEVICE || type == CU_MEMORYTYPE_UNIFIED)
         return gvm_shim_use(type == CU_MEMORYTYPE_UNIFIED && !dev ? (uintptr_t)host : dev);
-    if (type == CU_MEMORYTYPE_HOST) return gvm_shim_use_host(host);
-    return NULL;
+    if (type != CU_MEMORYTYPE_HOST) return NULL;
+    size_t first, len;
+    /* A descriptor the driver will refuse: nothing to grant. */
+    if (!side_span(&e, &first, &len)) return gvm_shim_use_host(host, 1);
+    return gvm_shim_use_host((const char *)host + first, len);
 }
 
-#define DESC_HOOK(fn, sig, args, desc)                                         \
+/* The sides' extents: 2D descriptors have no layers. */
+#define EXTENT_2D(d, s)                                                        \
+    ((struct side_extent){(d)->s##XInBytes, (d)->s##Y, 0, (d)->s##Pitch, 0,   \
+                          (d)->WidthInBytes, (d)->Height, 1})
+#define EXTENT_3D(d, s)                                                        \
+    ((struct side_extent){(d)->s##XInBytes, (d)->s##Y, (d)->s##Z, (d)->s##Pitch, \
+                          (d)->s##Height, (d)->WidthInBytes, (d)->Height, (d)->Depth})
+
+#define DESC_HOOK(fn, sig, args, desc, EXTENT)                                 \
     GVM_EXPORT CUresult CUDAAPI fn sig                                         \
     {                                                                          \
         gvm_hook_count(GVM_FN_##fn);                                           \
         struct gvm_region *a_ = NULL, *b_ = NULL;                              \
         if (desc) {                                                            \
-            a_ = use_side((desc)->srcMemoryType, (desc)->srcDevice, (desc)->srcHost); \
-            b_ = use_side((desc)->dstMemoryType, (desc)->dstDevice, (desc)->dstHost); \
+            a_ = use_side((desc)->srcMemoryType, (desc)->srcDevice, (desc)->srcHost, \
+                          EXTENT(desc, src));                                  \
+            b_ = use_side((desc)->dstMemoryType, (desc)->dstDevice, (desc)->dstHost, \
+                          EXTENT(desc, dst));                                  \
         }                                                                      \
         count_pass(a_, b_);                                                    \
         CUresult rc_ = GVM_REAL(fn) args;                                        \
@@ -87,16 +122,16 @@ static struct gvm_region *use_side(CUmemorytype type, CUdeviceptr dev, const voi
         return rc_;                                                            \
     }
 
-#define DESC_DS(fn, sig, args, d) DESC_HOOK(fn, sig, args, d) DESC_HOOK(fn##_ptds, sig, args, d)
-#define DESC_SZ(fn, sig, args, d) DESC_HOOK(fn, sig, args, d) DESC_HOOK(fn##_ptsz, sig, args, d)
+#define DESC_DS(fn, sig, args, d, E) DESC_HOOK(fn, sig, args, d, E) DESC_HOOK(fn##_ptds, sig, args, d, E)
+#define DESC_SZ(fn, sig, args, d, E) DESC_HOOK(fn, sig, args, d, E) DESC_HOOK(fn##_ptsz, sig, args, d, E)
 
-DESC_DS(cuMemcpy2D_v2, (const CUDA_MEMCPY2D *p), (p), p)
-DESC_DS(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D *p), (p), p)
-DESC_SZ(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D *p, CUstream s), (p, s), p)
-DESC_DS(cuMemcpy3D_v2, (const CUDA_MEMCPY3D *p), (p), p)
-DESC_SZ(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D *p, CUstream s), (p, s), p)
-DESC_DS(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER *p), (p), p)
-DESC_SZ(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER *p, CUstream s), (p, s), p)
+DESC_DS(cuMemcpy2D_v2, (const CUDA_MEMCPY2D *p), (p), p, EXTENT_2D)
+DESC_DS(cuMemcpy2DUnaligned_v2, (const CUDA_MEMCPY2D *p), (p), p, EXTENT_2D)
+DESC_SZ(cuMemcpy2DAsync_v2, (const CUDA_MEMCPY2D *p, CUstream s), (p, s), p, EXTENT_2D)
+DESC_DS(cuMemcpy3D_v2, (const CUDA_MEMCPY3D *p), (p), p, EXTENT_3D)
+DESC_SZ(cuMemcpy3DAsync_v2, (const CUDA_MEMCPY3D *p, CUstream s), (p, s), p, EXTENT_3D)
+DESC_DS(cuMemcpy3DPeer, (const CUDA_MEMCPY3D_PEER *p), (p), p, EXTENT_3D)
+DESC_SZ(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER *p, CUstream s), (p, s), p, EXTENT_3D)
 
 /* ---- batches ---------------------------------------------------------- */
 
@@ -182,14 +217,25 @@ SET_SZ(cuMemsetD2D32Async,
        (dst, pitch, v, w, h, s))
 
 /* A host-side argument may be gvmshim memory living in host memory: the
- * driver's CPU side copies through it, so it needs CPU access first (taken
- * before announcing, since granting locks the region). */
-struct gvm_region *gvm_shim_use_host(const void *p)
+ * driver's CPU side copies through it, so every block of [p, p+n) needs CPU
+ * access before the call (a fault inside the driver would run the fault
+ * handler inside a driver call). Granting locks the region, so it comes
+ * before the announcement (a move waits for announced calls while holding
+ * the lock); a move that lands in between is seen by the buffer id the
+ * move changes, and the range is granted again. */
+struct gvm_region *gvm_shim_use_host(const void *p, size_t n)
 {
-    if (!p || !gvm_shim_active() || !gvm_heap_region((uintptr_t)p)) return NULL;
-    struct gvm_capture_guard g;
-    gvm_shim_relax(&g);   /* the grant is a VMM call of gvmshim's own */
-    gvm_hostaccess_grant((uintptr_t)p);
-    gvm_shim_capture_leave(&g);
-    return gvm_use_begin((uintptr_t)p);
+    if (!p || !gvm_shim_active()) return NULL;
+    struct gvm_region *r = gvm_heap_region((uintptr_t)p);
+    if (!r) return NULL;
+    for (int tries = 0;; tries++) {
+        uint64_t id = GVM_LOAD(r->buffer_id);
+        struct gvm_capture_guard g;
+        gvm_shim_relax(&g);   /* the grant is a VMM call of gvmshim's own */
+        gvm_hostaccess_grant_range((uintptr_t)p, n ? n : 1);
+        gvm_shim_capture_leave(&g);
+        struct gvm_region *u = gvm_use_begin((uintptr_t)p);
+        if (!u || u != r || GVM_LOAD(r->buffer_id) == id || tries == 3) return u;
+        gvm_use_end(u);
+    }
 }
