@@ -252,13 +252,14 @@ static void forward(int sig, siginfo_t *si, void *uc)
     struct sigaction prev;
     action_get(sig, &prev);
     bool fault = si && si->si_code > 0;
-    if (!(prev.sa_flags & SA_SIGINFO) && prev.sa_handler == SIG_IGN) {
+    /* As the kernel does, by the value, whatever the flags say. */
+    if (prev.sa_handler == SIG_IGN) {
         /* A sent signal is ignored; a fault cannot be (the kernel kills). */
         if (!fault) return;
         die_by(sig);
         return;
     }
-    if (!(prev.sa_flags & SA_SIGINFO) && prev.sa_handler == SIG_DFL) {
+    if (prev.sa_handler == SIG_DFL) {
         die_by(sig);
         return;
     }
