@@ -17,6 +17,8 @@
  * would have delivered it. */
 #include "core/core.h"
 
+#include "core/capture.h"
+#include "core/driver.h"
 #include "core/heap.h"
 #include "core/log.h"
 #include "core/stats.h"
@@ -157,14 +159,20 @@ static bool lock_region(struct gvm_region *r)
 }
 
 /* A driver call that fails now may succeed a moment later (transient
- * resource shortage): a few tries, backing off. */
+ * resource shortage): a few tries, backing off. The faulting thread may be
+ * capturing in global mode: the grant is gvmshim's own call, made in
+ * relaxed mode as the copy hooks make theirs. */
 static CUresult grant_with_retries(struct gvm_region *r, int i)
 {
+    CUstreamCaptureMode mode = CU_STREAM_CAPTURE_MODE_RELAXED;
+    bool relaxed = gvm_capture_open(-1) && gvm_drv.cuThreadExchangeStreamCaptureMode &&
+                   DRV(cuThreadExchangeStreamCaptureMode, &mode) == CUDA_SUCCESS;
     CUresult rc = CUDA_SUCCESS;
     for (int t = 0; t < GRANT_TRIES; t++) {
-        if ((rc = gvm_region_grant_cpu(r, i)) == CUDA_SUCCESS) return rc;
+        if ((rc = gvm_region_grant_cpu(r, i)) == CUDA_SUCCESS) break;
         sleep_ms(1L << t);
     }
+    if (relaxed) DRV(cuThreadExchangeStreamCaptureMode, &mode);
     return rc;
 }
 
