@@ -545,6 +545,21 @@ static void grant_that_keeps_failing_faults(void)
     CHECK_EQ(WTERMSIG(status), SIGSEGV);
 }
 
+/* The touching thread captures in global mode: the grant must neither be
+ * refused nor break the capture. */
+static void touch_during_a_global_capture(void)
+{
+    uintptr_t p = lazy_host_buffer(4 * MiB, 25);
+    CUstream s;
+    CHECK_EQ(gvm_drv.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CHECK_EQ(gvm_drv.cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    gvm_capture_begin(0, s, CU_STREAM_CAPTURE_MODE_GLOBAL);   /* as the capture hook does */
+    CHECK(intact(p, 4 * MiB, 25));
+    CUgraph g = NULL;
+    CHECK_EQ(gvm_drv.cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+    CHECK_EQ(gvm_capture_end(s), 0);
+}
+
 static volatile sig_atomic_t got_sig, got_code, got_pid, got_calls;
 
 static void on_siginfo(int sig, siginfo_t *si, void *uc)
@@ -821,6 +836,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(cpu_touch_of_host_resident_memory_is_granted)
     TEST_ENTRY(failed_grant_in_the_handler_is_retried)
     TEST_ENTRY(grant_that_keeps_failing_faults)
+    TEST_ENTRY(touch_during_a_global_capture)
     TEST_ENTRY(sent_signals_reach_a_siginfo_handler)
     TEST_ENTRY(sent_signals_reach_a_plain_handler_once_with_resethand)
     TEST_ENTRY(ignored_sigbus_stays_ignored)
