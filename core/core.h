@@ -6,6 +6,7 @@
 #include "core/settings.h"
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 /* Starting is two steps, so that whoever starts the core can turn its

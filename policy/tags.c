@@ -33,6 +33,8 @@ int gvm_tag_id(const char *name, bool create)
     return id;
 }
 
+void gvm_tags_after_fork(void) { pthread_mutex_init(&tag_lock, NULL); }
+
 const char *gvm_tag_name(int id)
 {
     if (id <= 0 || id >= MAX_TAGS) return NULL;

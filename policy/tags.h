@@ -13,4 +13,8 @@ int gvm_policy_current_tag(void);
 int gvm_tag_id(const char *name, bool create);
 const char *gvm_tag_name(int id);
 
+/* In a forked child: the tag lock may have been held by a thread that did
+ * not follow; start it over. */
+void gvm_tags_after_fork(void);
+
 #endif

@@ -48,7 +48,7 @@ static inline void count_pass(struct gvm_region *a, struct gvm_region *b)
  * bound needs a lookup of its own. */
 static struct gvm_region *use_host_span(const void *p, size_t n, bool *bad)
 {
-    struct gvm_region *r = gvm_shim_use_host(p);
+    struct gvm_region *r = gvm_shim_use_host(p, n);
     if (!r) return NULL;
     size_t room;
     gvm_heap_span((uintptr_t)p, &room);
@@ -279,14 +279,25 @@ SET_SZ(cuMemsetD2D32Async,
        (dst, pitch, v, w, h, s), SPAN_2D(4))
 
 /* A host-side argument may be gvmshim memory living in host memory: the
- * driver's CPU side copies through it, so it needs CPU access first (taken
- * before announcing, since granting locks the region). */
-struct gvm_region *gvm_shim_use_host(const void *p)
+ * driver's CPU side copies through it, so every block of [p, p+n) needs CPU
+ * access before the call (a fault inside the driver would run the fault
+ * handler inside a driver call). Granting locks the region, so it comes
+ * before the announcement (a move waits for announced calls while holding
+ * the lock); a move that lands in between is seen by the buffer id the
+ * move changes, and the range is granted again. */
+struct gvm_region *gvm_shim_use_host(const void *p, size_t n)
 {
-    if (!p || !gvm_shim_active() || !gvm_heap_region((uintptr_t)p)) return NULL;
-    struct gvm_capture_guard g;
-    gvm_shim_relax(&g);   /* the grant is a VMM call of gvmshim's own */
-    gvm_hostaccess_grant((uintptr_t)p);
-    gvm_shim_capture_leave(&g);
-    return gvm_use_begin((uintptr_t)p);
+    if (!p || !gvm_shim_active()) return NULL;
+    struct gvm_region *r = gvm_heap_region((uintptr_t)p);
+    if (!r) return NULL;
+    for (int tries = 0;; tries++) {
+        uint64_t id = GVM_LOAD(r->buffer_id);
+        struct gvm_capture_guard g;
+        gvm_shim_relax(&g);   /* the grant is a VMM call of gvmshim's own */
+        gvm_hostaccess_grant_range((uintptr_t)p, n ? n : 1);
+        gvm_shim_capture_leave(&g);
+        struct gvm_region *u = gvm_use_begin((uintptr_t)p);
+        if (!u || u != r || GVM_LOAD(r->buffer_id) == id || tries == 3) return u;
+        gvm_use_end(u);
+    }
 }

@@ -13,6 +13,7 @@
 #include "policy/config.h"
 #include "policy/place.h"
 #include "policy/settings.h"
+#include "policy/tags.h"
 #include "preload/outfile.h"
 #include "preload/nvml.h"
 
@@ -29,6 +30,8 @@ static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 /* Both are read without start_lock: every access is atomic. */
 static int driver_state;      /* 0 not tried, 1 loaded, -1 failed */
 static int core_state;        /* 0 not started, 1 serving, -1 failed */
+static int core_starting;     /* the core's start has reached the driver */
+static bool forked;           /* this process is a forked child */
 static __thread bool loading; /* this thread is inside the driver's dlopen */
 static bool tracks_launches;  /* decided at load, from the configuration */
 
@@ -105,6 +108,7 @@ static void start_core(void)
     if (gvm_drv.cuCtxGetCurrent(&ctx) != CUDA_SUCCESS || !ctx) return;
     /* The core reads the devices, policy turns the configuration into
      * settings for them, the core applies them. */
+    __atomic_store_n(&core_starting, 1, __ATOMIC_RELEASE);
     CUresult rc = gvm_core_probe();
     if (rc == CUDA_SUCCESS) {
         struct gvm_settings s;
@@ -136,6 +140,25 @@ bool gvm_shim_serving(void)
     return st > 0;
 }
 
+/* A child forked after the parent started the core (or while it did):
+ * CUDA is unusable there, the core's locks may be held by threads that did
+ * not follow, and the promoter is gone. gvmshim passes everything through
+ * (the driver answers as it does in such a child), starts no thread, takes
+ * none of the core's locks, and does not report the parent's statistics.
+ * A child of a parent that never started the core is a fresh process: it
+ * may start its own, and reports only its own statistics. */
+static void after_fork_child(void)
+{
+    forked = true;
+    pthread_mutex_init(&start_lock, NULL);
+    gvm_tags_after_fork();
+    memset(&gvm_stats, 0, sizeof gvm_stats);
+    if (__atomic_load_n(&core_state, __ATOMIC_ACQUIRE) || __atomic_load_n(&core_starting, __ATOMIC_ACQUIRE)) {
+        __atomic_store_n(&core_state, -1, __ATOMIC_RELEASE);
+        gvm_core_set_active(false);
+    }
+}
+
 static void log_line(const char *line, void *arg)
 {
     (void)arg;
@@ -158,14 +181,17 @@ __attribute__((constructor)) static void gvm_shim_configure(void)
                  "ignored, running with the defaults");
     tracks_launches = gvm_policy_tracks_launches(&gvm_cfg);
     if (gvm_cfg.disable) gvm_core_set_active(false);
+    pthread_atfork(NULL, NULL, after_fork_child);
     if (gvm_log_level >= GVM_LOG_DEBUG) gvm_config_dump_lines(&gvm_cfg, log_line, NULL);
 }
 
 __attribute__((destructor)) static void gvm_shim_report(void)
 {
     gvm_trace_stop();
-    /* A process that never reached the driver has nothing to say. */
+    /* A process that never reached the driver has nothing to say, nor a
+     * forked child that did not serve allocations itself. */
     if (!gvm_cfg.stats[0] || __atomic_load_n(&driver_state, __ATOMIC_ACQUIRE) <= 0) return;
+    if (forked && __atomic_load_n(&core_state, __ATOMIC_ACQUIRE) <= 0) return;
     int ndev = gvm_topo.ndev;
     int64_t nvml_used[GVM_MAX_DEVICES];
     const int64_t *used = gvm_nvml_process_used(ndev, gvm_real_dlsym, nvml_used) ? nvml_used : NULL;

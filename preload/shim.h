@@ -61,12 +61,13 @@ static inline void gvm_hook_count(enum gvm_driver_fn fn)
 }
 
 /* Announces use of memory at p for the duration of a call; NULL if p is not
- * gvmshim's. Host-side arguments also get CPU access when host-resident. */
+ * gvmshim's. Host-side arguments [p, p+n) also get CPU access where they
+ * are host-resident. */
 static inline struct gvm_region *gvm_shim_use(uintptr_t p)
 {
     return gvm_shim_active() ? gvm_use_begin(p) : (struct gvm_region *)0;
 }
-struct gvm_region *gvm_shim_use_host(const void *p);
+struct gvm_region *gvm_shim_use_host(const void *p, size_t n);
 
 /* gvm_shim_use for a call touching [p, p+n): sets *bad (and announces
  * nothing) when p is gvmshim's and the span leaves the live allocation

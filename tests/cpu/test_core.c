@@ -7,7 +7,11 @@
 #include "core/move.h"
 #include "core/slab.h"
 
+#include <errno.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
 
 static void start2(void) { sim_start(2, 512 * MiB, NULL); }
 
@@ -471,6 +475,255 @@ static void lazy_host_access(void)
     CHECK(simcuda_access_mask(p) & SIMCUDA_CPU_BIT);
 }
 
+/* ---- lazy CPU access: the fault handler and the signals it does not own ---- */
+
+static void lazy_small_blocks(struct gvm_settings *s)
+{
+    s->host_access = GVM_HOST_ACCESS_LAZY;
+    s->block_size = 2 * MiB;
+}
+
+/* Host-resident memory the CPU may not touch yet, as on a GPU. */
+static uintptr_t lazy_host_buffer(size_t n, uint32_t seed)
+{
+    simcuda_set_cpu_faults(1);
+    sim_start(1, 512 * MiB, lazy_small_blocks);
+    uintptr_t p = sim_alloc(n);
+    fill(p, n, seed);
+    CHECK_EQ(gvm_migrate((void *)p, GVM_HOST), GVM_OK);
+    CHECK(!(simcuda_access_mask(p) & SIMCUDA_CPU_BIT));
+    return p;
+}
+
+static void cpu_touch_of_host_resident_memory_is_granted(void)
+{
+    uintptr_t p = lazy_host_buffer(8 * MiB, 21);
+    errno = 4242;
+    CHECK(intact(p, 8 * MiB, 21));              /* faults once per block */
+    CHECK_EQ(errno, 4242);
+    CHECK(simcuda_access_mask(p + 6 * MiB) & SIMCUDA_CPU_BIT);
+    CHECK_EQ(gvm_stats.cpu_access_faults, 4);
+}
+
+static void failed_grant_in_the_handler_is_retried(void)
+{
+    uintptr_t p = lazy_host_buffer(4 * MiB, 22);
+    simcuda_fail_call("cuMemSetAccess", 1, CUDA_ERROR_OUT_OF_MEMORY);
+    errno = 77;
+    CHECK(intact(p, 4 * MiB, 22));
+    CHECK_EQ(errno, 77);
+}
+
+/* Runs fn in a child; returns its wait status. */
+static int in_child(void (*fn)(void))
+{
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        fn();
+        _exit(0);
+    }
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    return status;
+}
+
+static void set_action(int sig, void (*h)(int), void (*sa_fn)(int, siginfo_t *, void *), int flags);
+
+static void touch_with_a_grant_that_keeps_failing(void)
+{
+    set_action(SIGSEGV, SIG_DFL, NULL, 0);   /* not a sanitizer's report */
+    uintptr_t p = lazy_host_buffer(4 * MiB, 23);
+    simcuda_fail_calls("cuMemSetAccess", 1, 1000, CUDA_ERROR_OUT_OF_MEMORY);
+    _exit(intact(p, 4 * MiB, 23) ? 3 : 4);
+}
+
+static void grant_that_keeps_failing_faults(void)
+{
+    int status = in_child(touch_with_a_grant_that_keeps_failing);
+    CHECK(WIFSIGNALED(status));
+    CHECK_EQ(WTERMSIG(status), SIGSEGV);
+}
+
+/* The touching thread captures in global mode: the grant must neither be
+ * refused nor break the capture. */
+static void touch_during_a_global_capture(void)
+{
+    uintptr_t p = lazy_host_buffer(4 * MiB, 25);
+    CUstream s;
+    CHECK_EQ(gvm_drv.cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CHECK_EQ(gvm_drv.cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_GLOBAL), CUDA_SUCCESS);
+    gvm_capture_begin(0, s, CU_STREAM_CAPTURE_MODE_GLOBAL);   /* as the capture hook does */
+    CHECK(intact(p, 4 * MiB, 25));
+    CUgraph g = NULL;
+    CHECK_EQ(gvm_drv.cuStreamEndCapture(s, &g), CUDA_SUCCESS);
+    CHECK_EQ(gvm_capture_end(s), 0);
+}
+
+static volatile sig_atomic_t got_sig, got_code, got_pid, got_calls;
+
+static void on_siginfo(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    got_sig = sig;
+    got_code = si->si_code;
+    got_pid = si->si_pid;
+    got_calls++;
+    errno = 999;   /* a handler that does not restore errno */
+}
+
+static void on_plain(int sig)
+{
+    got_sig = sig;
+    got_calls++;
+}
+
+static void set_action(int sig, void (*h)(int), void (*sa_fn)(int, siginfo_t *, void *), int flags)
+{
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    if (sa_fn) {
+        sa.sa_sigaction = sa_fn;
+        flags |= SA_SIGINFO;
+    } else {
+        sa.sa_handler = h;
+    }
+    sa.sa_flags = flags;
+    sigemptyset(&sa.sa_mask);
+    CHECK_EQ(sigaction(sig, &sa, NULL), 0);
+}
+
+static void start_lazy(void)
+{
+    sim_start(1, 512 * MiB, lazy_small_blocks);
+}
+
+static void sent_signals_reach_a_siginfo_handler(void)
+{
+    set_action(SIGSEGV, NULL, on_siginfo, 0);
+    start_lazy();
+    for (int i = 1; i <= 2; i++) {
+        CHECK_EQ(raise(SIGSEGV), 0);
+        CHECK_EQ(got_calls, i);
+        CHECK_EQ(got_sig, SIGSEGV);
+        CHECK_EQ(got_code, SI_TKILL);
+    }
+    /* From another process. */
+    pid_t me = getpid(), pid = fork();
+    if (pid == 0) {
+        kill(me, SIGSEGV);
+        _exit(0);
+    }
+    for (int ms = 0; got_calls < 3 && ms < 10000; ms++) usleep(1000);
+    CHECK_EQ(got_calls, 3);
+    CHECK_EQ(got_code, SI_USER);
+    CHECK_EQ(got_pid, pid);
+    waitpid(pid, NULL, 0);
+}
+
+static void plain_handler_with_resethand(void)
+{
+    set_action(SIGBUS, on_plain, NULL, SA_RESETHAND);
+    start_lazy();
+    raise(SIGBUS);
+    CHECK_EQ(got_calls, 1);
+    CHECK_EQ(got_sig, SIGBUS);
+    raise(SIGBUS);   /* the disposition went back to the default: this ends the process */
+    _exit(0);
+}
+
+static void sent_signals_reach_a_plain_handler_once_with_resethand(void)
+{
+    int status = in_child(plain_handler_with_resethand);
+    CHECK(WIFSIGNALED(status));
+    CHECK_EQ(WTERMSIG(status), SIGBUS);
+}
+
+static void ignored_sigbus_stays_ignored(void)
+{
+    set_action(SIGBUS, SIG_IGN, NULL, 0);
+    start_lazy();
+    for (int i = 0; i < 3; i++) CHECK_EQ(raise(SIGBUS), 0);
+    pid_t me = getpid(), pid = fork();
+    if (pid == 0) {
+        kill(me, SIGBUS);
+        _exit(0);
+    }
+    waitpid(pid, NULL, 0);
+    usleep(10000);
+}
+
+static void raise_segv_under_default(void)
+{
+    set_action(SIGSEGV, SIG_DFL, NULL, 0);
+    start_lazy();
+    raise(SIGSEGV);
+    _exit(0);   /* swallowed */
+}
+
+static void kill_segv_under_default(void)
+{
+    set_action(SIGSEGV, SIG_DFL, NULL, 0);
+    start_lazy();
+    pid_t me = getpid(), pid = fork();
+    if (pid == 0) {
+        kill(me, SIGSEGV);
+        _exit(0);
+    }
+    waitpid(pid, NULL, 0);
+    for (int i = 0; i < 1000; i++) usleep(1000);
+    _exit(0);   /* swallowed */
+}
+
+static void default_action_ends_the_process_with_the_signal(void)
+{
+    int status = in_child(raise_segv_under_default);
+    CHECK(WIFSIGNALED(status));
+    CHECK_EQ(WTERMSIG(status), SIGSEGV);
+    status = in_child(kill_segv_under_default);
+    CHECK(WIFSIGNALED(status));
+    CHECK_EQ(WTERMSIG(status), SIGSEGV);
+}
+
+static void errno_survives_a_forwarded_signal(void)
+{
+    set_action(SIGSEGV, NULL, on_siginfo, 0);
+    start_lazy();
+    errno = 31337;
+    raise(SIGSEGV);
+    CHECK_EQ(got_calls, 1);
+    CHECK_EQ(errno, 31337);
+}
+
+/* A real fault outside gvmshim's memory goes to the program's handler. */
+static sigjmp_buf fault_jump;
+
+static void on_fault_jump(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    got_sig = sig;
+    got_code = si->si_code;
+    got_calls++;
+    siglongjmp(fault_jump, 1);
+}
+
+static void faults_not_ours_reach_the_program(void)
+{
+    set_action(SIGSEGV, NULL, on_fault_jump, SA_NODEFER);
+    uintptr_t p = lazy_host_buffer(4 * MiB, 24);
+    CHECK(intact(p, 4 * MiB, 24));
+    CHECK_EQ(got_calls, 0);
+    volatile char *bad = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    CHECK(bad != MAP_FAILED);
+    if (!sigsetjmp(fault_jump, 1)) {
+        (void)bad[0];
+        CHECK(!"the fault was swallowed");
+    }
+    CHECK_EQ(got_calls, 1);
+    CHECK_EQ(got_code, SEGV_ACCERR);
+}
+
 static void inactive_core_refuses_api(void)
 {
     start2();
@@ -638,6 +891,16 @@ static const struct test_case cases[] = {
     TEST_ENTRY(cache_respects_its_limit)
     TEST_ENTRY(striped_allocation_spans_devices)
     TEST_ENTRY(lazy_host_access)
+    TEST_ENTRY(cpu_touch_of_host_resident_memory_is_granted)
+    TEST_ENTRY(failed_grant_in_the_handler_is_retried)
+    TEST_ENTRY(grant_that_keeps_failing_faults)
+    TEST_ENTRY(touch_during_a_global_capture)
+    TEST_ENTRY(sent_signals_reach_a_siginfo_handler)
+    TEST_ENTRY(sent_signals_reach_a_plain_handler_once_with_resethand)
+    TEST_ENTRY(ignored_sigbus_stays_ignored)
+    TEST_ENTRY(default_action_ends_the_process_with_the_signal)
+    TEST_ENTRY(errno_survives_a_forwarded_signal)
+    TEST_ENTRY(faults_not_ours_reach_the_program)
     TEST_ENTRY(inactive_core_refuses_api)
     TEST_ENTRY(device_waits_refused_while_capturing)
     TEST_ENTRY(capture_modes_forbid_as_cuda_says)

@@ -11,7 +11,10 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdint.h>
+#include <sys/mman.h>
 
 #define MiB ((size_t)1 << 20)
 
@@ -373,7 +376,8 @@ static void first_allocations_from_many_threads(void)
 
 /* ---- whole-process behaviour: this program re-executed with an env ---- */
 
-static int run_self(const char *mode, const char *env1, const char *env2, char *out, size_t outlen)
+/* envs: NULL-terminated VAR=value settings. */
+static int run_self_envs(const char *mode, const char *const *envs, char *out, size_t outlen)
 {
     int fds[2];
     CHECK(pipe(fds) == 0);
@@ -381,8 +385,7 @@ static int run_self(const char *mode, const char *env1, const char *env2, char *
     if (pid == 0) {
         if (out) dup2(fds[1], 2);
         close(fds[0]);
-        if (env1) putenv((char *)env1);
-        if (env2) putenv((char *)env2);
+        for (; *envs; envs++) putenv((char *)*envs);
         execl("/proc/self/exe", "test-preload", "--mode", mode, (char *)NULL);
         _exit(127);
     }
@@ -395,6 +398,12 @@ static int run_self(const char *mode, const char *env1, const char *env2, char *
     int status;
     waitpid(pid, &status, 0);
     return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+static int run_self(const char *mode, const char *env1, const char *env2, char *out, size_t outlen)
+{
+    const char *envs[3] = {env1, env1 ? env2 : NULL, NULL};
+    return run_self_envs(mode, envs, out, outlen);
 }
 
 static int workload(void)
@@ -550,6 +559,240 @@ static void debug_log_lines_are_prefixed(void)
     for (char *line = strtok(out, "\n"); line; line = strtok(NULL, "\n")) CHECK(!strncmp(line, "gvmshim: ", 9));
 }
 
+/* ---- lazy CPU access, signals and fork (re-executed with an env) ---- */
+
+#define LAZY_ENV "SIMCUDA_CPU_FAULTS=1", "GVM_BLOCK_SIZE=2M"
+
+static gvm_status (*migrate_p)(const void *, int);
+
+/* A buffer of n bytes moved to host memory, the CPU not yet granted. */
+static CUdeviceptr host_resident(size_t n, unsigned char seed)
+{
+    CUdeviceptr p;
+    CHECK_EQ(D(cuMemAlloc_v2, &p, n), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemsetD8_v2, p, seed, n), CUDA_SUCCESS);
+    migrate_p = dlsym(RTLD_DEFAULT, "gvm_migrate");
+    CHECK_EQ(migrate_p((void *)p, GVM_HOST), GVM_OK);
+    int (*mask)(CUdeviceptr) = sim_fn("simcuda_access_mask");
+    CHECK(!(mask(p) & (1u << 31)));
+    return p;
+}
+
+/* Copies whose host side is host-resident gvmshim memory spanning several
+ * blocks: the driver's CPU side must not fault inside the call. */
+static int host_side_copies_workload(void)
+{
+    alarm(60);   /* a deadlock inside the driver ends the run */
+    start();
+    const size_t n = 8 * MiB;
+    CUdeviceptr dev, h1, h2, h3;
+    CHECK_EQ(D(cuMemAlloc_v2, &dev, n), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemsetD8_v2, dev, 0x5a, n), CUDA_SUCCESS);
+    h1 = host_resident(n, 1);
+    h2 = host_resident(n, 2);
+    h3 = host_resident(n, 3);
+    CHECK_EQ(D(cuMemcpyDtoH_v2, (void *)h1, dev, n), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemsetD8_v2, dev, 0, n), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemcpyHtoD_v2, dev, (const void *)h1, n), CUDA_SUCCESS);
+    /* 2D: 4 rows of 1 MiB, 2 MiB apart, into host-resident memory. */
+    CUDA_MEMCPY2D m = {0};
+    m.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    m.srcDevice = dev;
+    m.srcPitch = 2 * MiB;
+    m.dstMemoryType = CU_MEMORYTYPE_HOST;
+    m.dstHost = (void *)(h2 + 512 * 1024);
+    m.dstPitch = 2 * MiB;
+    m.WidthInBytes = MiB;
+    m.Height = 4;
+    CHECK_EQ(D(cuMemcpy2D_v2, &m), CUDA_SUCCESS);
+    /* 3D: 2 layers of 2 rows. */
+    CUDA_MEMCPY3D m3 = {0};
+    m3.srcMemoryType = CU_MEMORYTYPE_DEVICE;
+    m3.srcDevice = dev;
+    m3.srcPitch = MiB;
+    m3.srcHeight = 2;
+    m3.dstMemoryType = CU_MEMORYTYPE_HOST;
+    m3.dstHost = (void *)h3;
+    m3.dstPitch = MiB;
+    m3.dstHeight = 4;
+    m3.WidthInBytes = MiB;
+    m3.Height = 2;
+    m3.Depth = 2;
+    CHECK_EQ(D(cuMemcpy3D_v2, &m3), CUDA_SUCCESS);
+    const unsigned char *c1 = (const unsigned char *)h1, *c2 = (const unsigned char *)h2,
+                        *c3 = (const unsigned char *)h3;
+    for (size_t i = 0; i < n; i += 4096) CHECK_EQ(c1[i], 0x5a);
+    CHECK_EQ(c2[512 * 1024 + 3 * 2 * MiB + MiB - 1], 0x5a);
+    CHECK_EQ(c2[512 * 1024 + 3 * 2 * MiB + MiB], 2);
+    CHECK_EQ(c3[4 * MiB + MiB + MiB - 1], 0x5a);   /* layer 1, row 1 */
+    CHECK_EQ(c3[2 * MiB], 3);                      /* rows 2-3 of layer 0: untouched */
+    return 0;
+}
+
+static void host_side_copies_grant_every_block(void)
+{
+    CHECK_EQ(run_self("host-copies", LAZY_ENV, NULL, 0), 0);
+}
+
+static volatile sig_atomic_t program_faults;
+static sigjmp_buf program_jump;
+
+static void program_segv(int sig, siginfo_t *si, void *uc)
+{
+    (void)sig, (void)si, (void)uc;
+    program_faults++;
+    siglongjmp(program_jump, 1);
+}
+
+static void program_segv_plain(int sig)
+{
+    (void)sig;
+    program_faults++;
+    siglongjmp(program_jump, 1);
+}
+
+static int touches(CUdeviceptr p, size_t n, unsigned char seed)
+{
+    const volatile unsigned char *c = (const volatile unsigned char *)p;
+    for (size_t i = 0; i < n; i += 4096)
+        if (c[i] != seed) return 0;
+    return 1;
+}
+
+/* The program installs its own SIGSEGV handler after gvmshim started
+ * (as faulthandler.enable() or a JVM would), then touches host-resident
+ * memory: gvmshim's faults stay gvmshim's, the program's are the program's. */
+static int late_handler_workload(void)
+{
+    start();
+    CUdeviceptr a = host_resident(4 * MiB, 7), b = host_resident(4 * MiB, 8);
+    struct sigaction sa, seen;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = program_segv;
+    sa.sa_flags = SA_SIGINFO | SA_NODEFER;
+    sigemptyset(&sa.sa_mask);
+    CHECK_EQ(sigaction(SIGSEGV, &sa, NULL), 0);
+    CHECK_EQ(sigaction(SIGSEGV, NULL, &seen), 0);
+    CHECK(seen.sa_sigaction == program_segv);
+    CHECK(touches(a, 4 * MiB, 7));
+    CHECK_EQ(program_faults, 0);
+    volatile char *bad = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (!sigsetjmp(program_jump, 1)) {
+        (void)bad[0];
+        CHECK(!"the program's fault was swallowed");
+    }
+    CHECK_EQ(program_faults, 1);
+    /* signal() too; it hands back what was there. */
+    CHECK(signal(SIGSEGV, program_segv_plain) == (sighandler_t)(void *)program_segv);
+    CHECK(touches(b, 4 * MiB, 8));
+    if (!sigsetjmp(program_jump, 1)) {
+        (void)bad[0];
+        CHECK(!"the program's fault was swallowed");
+    }
+    CHECK_EQ(program_faults, 2);
+    return 0;
+}
+
+static void handler_installed_late_keeps_lazy_access(void)
+{
+    CHECK_EQ(run_self("late-handler", LAZY_ENV, NULL, 0), 0);
+}
+
+/* ---- fork ---- */
+
+static volatile int churn_stop;
+
+static void *churn(void *arg)
+{
+    (void)arg;
+    RES(cuCtxSetCurrent, "cuCtxSetCurrent", 4000, 0);
+    cuCtxSetCurrent_p(ctx0);
+    unsigned char buf[4096] = {1};
+    for (unsigned i = 0; !__atomic_load_n(&churn_stop, __ATOMIC_RELAXED); i++) {
+        CUdeviceptr p[8];
+        for (int k = 0; k < 8; k++) {
+            /* Large only: small ones meet slab races that are not this test's. */
+            size_t n = (k & 1) ? 3 * MiB : 2 * MiB + 100 * (size_t)k;
+            CHECK_EQ(D(cuMemAlloc_v2, &p[k], n), CUDA_SUCCESS);
+            CHECK_EQ(D(cuMemcpyHtoD_v2, p[k], buf, sizeof buf < n ? sizeof buf : n), CUDA_SUCCESS);
+        }
+        for (int k = 0; k < 8; k++) CHECK_EQ(D(cuMemFree_v2, p[k]), CUDA_SUCCESS);
+    }
+    return NULL;
+}
+
+#define CHILDREN 200
+
+/* LeakSanitizer, at a forked child's exit, sees the parent's memory that
+ * only the parent's threads (not copied into the child) still reach. */
+static int forked_child;
+int __lsan_is_turned_off(void);
+__attribute__((visibility("default"), used)) int __lsan_is_turned_off(void) { return forked_child; }
+
+/* What a forked child does: CUDA calls through the shim, or an exec, or
+ * nothing; it must end on its own (the alarm kills a hung one). */
+static void child_body(int kind)
+{
+    forked_child = 1;
+    alarm(20);
+    if (kind == 1) {
+        execl("/proc/self/exe", "test-preload", "--mode", "nothing", (char *)NULL);
+        _exit(126);
+    }
+    if (kind == 2) exit(0);
+    CUdeviceptr p = 0;
+    CUresult rc = D(cuMemAlloc_v2, &p, kind == 3 ? 1000 : 3 * MiB);
+    if (rc == CUDA_SUCCESS) D(cuMemFree_v2, p);
+    gvm_status (*query)(const void *, gvm_info *) = dlsym(RTLD_DEFAULT, "gvm_query");
+    gvm_info info;
+    /* gvmshim serves nothing in the child. */
+    if (p && query((void *)p, &info) != GVM_ERR_INACTIVE) exit(3);
+    exit(0);
+}
+
+static int fork_workload(void)
+{
+    start();
+    pthread_t t[3];
+    for (int i = 0; i < 3; i++) pthread_create(&t[i], NULL, churn, NULL);
+    usleep(50000);
+    pid_t kids[CHILDREN];
+    for (int i = 0; i < CHILDREN; i++) {
+        kids[i] = fork();
+        CHECK(kids[i] >= 0);
+        if (kids[i] == 0) child_body(i % 5);
+    }
+    int bad = 0;
+    for (int i = 0; i < CHILDREN; i++) {
+        int status;
+        CHECK_EQ(waitpid(kids[i], &status, 0), kids[i]);
+        if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+            fprintf(stderr, "child %d (kind %d): %s %d\n", i, i % 5, WIFEXITED(status) ? "exit" : "signal",
+                    WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+            bad++;
+        }
+    }
+    __atomic_store_n(&churn_stop, 1, __ATOMIC_RELAXED);
+    for (int i = 0; i < 3; i++) pthread_join(t[i], NULL);
+    CHECK_EQ(bad, 0);
+    return 0;
+}
+
+static void forked_children_never_hang_nor_report(void)
+{
+    static char out[1 << 20];
+    /* Races of the parent's churn are the stress test's to find; under
+     * ThreadSanitizer each child would inherit their count as its exit
+     * status. This test is about hangs and statistics. */
+    const char *envs[] = {"GVM_STATS=1", "GVM_SPILL=host", "GVM_DEVICE_LIMIT=0:24M", "GVM_PROMOTE_INTERVAL=1ms",
+                          "GVM_CACHE_LIMIT=0", "TSAN_OPTIONS=report_bugs=0", NULL};
+    CHECK_EQ(run_self_envs("fork", envs, out, sizeof out), 0);
+    /* One summary: the parent's. */
+    char *first = strstr(out, "allocations_total");
+    CHECK(first != NULL);
+    CHECK(strstr(first + 1, "allocations_total") == NULL);
+}
+
 static const struct test_case cases[] = {
     TEST_ENTRY(resolver_hands_out_the_abi_asked_for)
     TEST_ENTRY(alloc_copy_query_free)
@@ -568,6 +811,9 @@ static const struct test_case cases[] = {
     TEST_ENTRY(disable_makes_a_pure_pass_through)
     TEST_ENTRY(bad_configuration_stops_the_program)
     TEST_ENTRY(debug_log_lines_are_prefixed)
+    TEST_ENTRY(host_side_copies_grant_every_block)
+    TEST_ENTRY(handler_installed_late_keeps_lazy_access)
+    TEST_ENTRY(forked_children_never_hang_nor_report)
 };
 
 int main(int argc, char **argv)
@@ -577,6 +823,10 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "disabled")) exit(disabled_workload());
         if (!strcmp(argv[2], "tracking")) exit(tracking_workload());
         if (!strcmp(argv[2], "untracked")) exit(untracked_workload());
+        if (!strcmp(argv[2], "host-copies")) exit(host_side_copies_workload());
+        if (!strcmp(argv[2], "late-handler")) exit(late_handler_workload());
+        if (!strcmp(argv[2], "fork")) exit(fork_workload());
+        if (!strcmp(argv[2], "nothing")) exit(0);
         return 2;
     }
     return run_cases(cases, sizeof cases / sizeof *cases, argc, argv);

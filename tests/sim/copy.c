@@ -13,7 +13,7 @@ static CUresult sim_resolve(uintptr_t p, int kind, size_t span, char **out)
         kind = sim_is_dev_addr(p) ? SIM_DEVMEM : SIM_HOSTMEM;
     if (kind == SIM_DEVMEM ? !sim_dev_span_ok(p, span) : p == 0)
         return CUDA_ERROR_INVALID_VALUE;
-    *out = (char *)p;
+    *out = kind == SIM_DEVMEM ? sim_dev_view(p, span) : (char *)p;
     return CUDA_SUCCESS;
 }
 

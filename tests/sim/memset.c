@@ -31,8 +31,9 @@ CUresult sim_fill(uintptr_t dst, size_t pitch, unsigned value, unsigned elem,
     if (__builtin_mul_overflow(height - 1, pitch, &span) ||
         __builtin_add_overflow(span, row, &span) || !sim_dev_span_ok(dst, span))
         return CUDA_ERROR_INVALID_VALUE;
+    unsigned char *at = (unsigned char *)sim_dev_view(dst, span);
     for (size_t j = 0; j < height; j++)
-        sim_fill_row((unsigned char *)dst + j * pitch, value, elem, width);
+        sim_fill_row(at + j * pitch, value, elem, width);
     return CUDA_SUCCESS;
 }
 

@@ -75,6 +75,7 @@ struct sim_native { /* cuMemAlloc* memory */
 struct sim_resv { /* cuMemAddressReserve range */
     uintptr_t base;
     size_t size;
+    uintptr_t dev_view; /* the same range as devices see it (sim_dev_view) */
 };
 struct sim_handle { /* cuMemCreate physical memory */
     unsigned long long id;
@@ -103,7 +104,7 @@ struct sim_state {
     pthread_rwlock_t lock;
     int initialized;
     unsigned generation; /* bumped by simcuda_reset to drop TLS stacks */
-    int ndev, no_vmm, no_peer, tracing;
+    int ndev, no_vmm, no_peer, tracing, cpu_faults;
     struct sim_device dev[SIM_MAX_DEVICES];
     size_t host_capacity, host_used;
     struct sim_vec natives, resvs, maps, handles, streams, events, funcs;
@@ -172,6 +173,10 @@ void sim_vmm_reset(void);
 int sim_dev_span_ok(uintptr_t p, size_t n);
 /* True when p lies in memory the driver owns (native or reserved VA). */
 int sim_is_dev_addr(uintptr_t p);
+/* Where the sim's "device" reads and writes [p, p+n): a second mapping of
+ * the same memory that ignores the CPU's access, so host-located memory
+ * without CPU access faults only for CPU touches (SIMCUDA_CPU_FAULTS). */
+char *sim_dev_view(uintptr_t p, size_t n);
 
 /* Stream capture (graph.c; lock held). A stream that captures records
  * copies, sets and launches into its graph instead of running them. */

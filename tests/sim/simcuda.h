@@ -53,11 +53,16 @@ int simcuda_location_of(CUdeviceptr p); /* ordinal, LOC_HOST or LOC_UNMAPPED */
 /* Configuration. Environment (read at first use) gives the defaults:
  * SIMCUDA_DEVICES (2), SIMCUDA_MEM ("256M" or "0:64M,1:128M"),
  * SIMCUDA_HOST_MEM ("1G"), SIMCUDA_NO_VMM=1, SIMCUDA_NO_PEER=1,
- * SIMCUDA_TRACE=1. */
+ * SIMCUDA_TRACE=1, SIMCUDA_CPU_FAULTS=1. */
 void simcuda_set_capacity(int location, size_t bytes); /* any time */
 void simcuda_set_devices(int n);  /* before cuInit or after simcuda_reset */
 void simcuda_set_vmm(int supported);   /* like SIMCUDA_NO_VMM; any time */
 void simcuda_set_peer(int supported);  /* like SIMCUDA_NO_PEER; any time */
+/* As on a GPU: a CPU touch of host-located memory mapped without CPU
+ * access faults (SIGSEGV), while copies, sets and the device side keep
+ * working. Off by default (any granted access makes the pages readable).
+ * Like SIMCUDA_CPU_FAULTS=1; applies to access set after the call. */
+void simcuda_set_cpu_faults(int on);
 /* Between tests: frees every object, forgets cuInit, clears counters and
  * armed faults, and empties every thread's context stack. Configuration
  * and fake kernels survive. */

@@ -7,6 +7,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 struct sim_state sim = {.lock = PTHREAD_RWLOCK_INITIALIZER};
 
@@ -116,6 +118,7 @@ static void sim_config_from_env(void)
     sim.no_vmm = sim_env_flag("SIMCUDA_NO_VMM");
     sim.no_peer = sim_env_flag("SIMCUDA_NO_PEER");
     sim.tracing = sim_env_flag("SIMCUDA_TRACE");
+    sim.cpu_faults = sim_env_flag("SIMCUDA_CPU_FAULTS");
 }
 
 void sim_config_load(void)
@@ -186,6 +189,26 @@ CUresult sim_leave(enum sim_fn fn, CUresult rc)
                 name ? name : "?", (int)rc);
     }
     return rc;
+}
+
+/* Like a driver that survives fork: no other thread of the parent is
+ * inside the sim when the child starts, so the child's calls cannot block
+ * on a lock that nobody in the child will ever release. */
+static void sim_fork_prepare(void) { pthread_rwlock_wrlock(&sim.lock); }
+static void sim_fork_parent(void) { pthread_rwlock_unlock(&sim.lock); }
+/* The lock still names the parent's waiters (threads the child does not
+ * have) and a writer id that is not the child's thread's: unlock it, so
+ * ThreadSanitizer sees it released, then start it over for glibc. */
+static void sim_fork_child(void)
+{
+    sim.lock.__data.__cur_writer = (int)syscall(SYS_gettid);
+    pthread_rwlock_unlock(&sim.lock);
+    pthread_rwlock_init(&sim.lock, NULL);
+}
+
+__attribute__((constructor)) static void sim_fork_safe(void)
+{
+    pthread_atfork(sim_fork_prepare, sim_fork_parent, sim_fork_child);
 }
 
 /* ---- small helpers ---------------------------------------------------- */
@@ -336,6 +359,12 @@ void simcuda_set_vmm(int supported)
 {
     sim_config_load();
     __atomic_store_n(&sim.no_vmm, !supported, __ATOMIC_RELAXED);
+}
+
+void simcuda_set_cpu_faults(int on)
+{
+    sim_config_load();
+    __atomic_store_n(&sim.cpu_faults, on, __ATOMIC_RELAXED);
 }
 
 void simcuda_set_peer(int supported)

@@ -115,12 +115,15 @@ static CUresult sim_address_reserve(CUdeviceptr *ptr, size_t size, size_t align,
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     uintptr_t base = sim_reserve_va(size, align, hint);
-    if (!base) {
+    void *view = base ? sim_map_hole(NULL, size, 0) : MAP_FAILED;
+    if (view == MAP_FAILED) {
+        if (base)
+            munmap((void *)base, size);
         sim_vec_remove(&sim.resvs, r);
         free(r);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *r = (struct sim_resv){base, size};
+    *r = (struct sim_resv){base, size, (uintptr_t)view};
     *ptr = base;
     return CUDA_SUCCESS;
 }
@@ -146,6 +149,7 @@ static CUresult sim_address_free(CUdeviceptr p, size_t size)
             m->resv = NULL;
     }
     munmap((void *)r->base, r->size);
+    munmap((void *)r->dev_view, r->size);
     sim_vec_remove(&sim.resvs, r);
     free(r);
     return CUDA_SUCCESS;
@@ -308,6 +312,9 @@ static CUresult sim_mem_map(CUdeviceptr p, size_t size, size_t offset,
     if (mmap((void *)p, size, PROT_NONE, MAP_SHARED | MAP_FIXED, h->fd, 0) == MAP_FAILED)
         sim_die("mmap of a handle over its reservation failed");
     *m = (struct sim_map){p, size, h, sim_resv_at(p), 0, 0, sim_new_id()};
+    void *view = (void *)(m->resv->dev_view + (p - m->resv->base));
+    if (mmap(view, size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, h->fd, 0) == MAP_FAILED)
+        sim_die("mmap of a handle's device view failed");
     h->maps++;
     return CUDA_SUCCESS;
 }
@@ -320,7 +327,9 @@ CUresult CUDAAPI cuMemMap(CUdeviceptr ptr, size_t size, size_t offset,
 
 static void sim_map_destroy(struct sim_map *m)
 {
-    if (m->resv && sim_map_hole((void *)m->base, m->size, 1) == MAP_FAILED)
+    if (m->resv && (sim_map_hole((void *)m->base, m->size, 1) == MAP_FAILED ||
+                    sim_map_hole((void *)(m->resv->dev_view + (m->base - m->resv->base)), m->size,
+                                 1) == MAP_FAILED))
         sim_die("cannot turn an unmapped range back into a hole");
     sim_vec_remove(&sim.maps, m);
     sim_handle_unref(m->h, 1);
@@ -379,8 +388,26 @@ static CUresult sim_check_desc(const CUmemAccessDesc *d, int loc)
     return sim_access_bit(&d->location, loc, &bit);
 }
 
-/* Any granted access makes the pages readable and writable: a simulation
- * convenience, so tests can check data by reading through the pointer. */
+/* Whether the CPU may touch a mapping with this access: any granted access
+ * makes the pages readable and writable (a simulation convenience, so tests
+ * can check data by reading through the pointer), except host-located
+ * memory without CPU access when CPU faults are simulated. */
+static int sim_cpu_may_touch(const struct sim_map *m)
+{
+    if (m->h->loc == SIMCUDA_LOC_HOST && __atomic_load_n(&sim.cpu_faults, __ATOMIC_RELAXED))
+        return (m->mask & SIMCUDA_CPU_BIT) != 0;
+    return m->mask != 0;
+}
+
+char *sim_dev_view(uintptr_t p, size_t n)
+{
+    struct sim_resv *r = sim_resv_at(p);
+    /* A span that leaves its reservation goes through the CPU's view. */
+    if (!r || n > r->size - (p - r->base))
+        return (char *)p;
+    return (char *)(r->dev_view + (p - r->base));
+}
+
 static void sim_apply_desc(struct sim_map *m, const CUmemAccessDesc *d)
 {
     unsigned bit = 0;
@@ -391,7 +418,7 @@ static void sim_apply_desc(struct sim_map *m, const CUmemAccessDesc *d)
         m->mask |= bit;
     if (d->flags == CU_MEM_ACCESS_FLAGS_PROT_READWRITE)
         m->rwmask |= bit;
-    if (mprotect((void *)m->base, m->size, m->mask ? PROT_READ | PROT_WRITE : PROT_NONE))
+    if (mprotect((void *)m->base, m->size, sim_cpu_may_touch(m) ? PROT_READ | PROT_WRITE : PROT_NONE))
         sim_die("mprotect of a mapping failed");
 }
 
