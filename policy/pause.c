@@ -116,10 +116,13 @@ static gvm_status run(const char *tag, bool resume, int flags)
     }
     gvm_heap_for_each(pick, &l);
     CUresult rc = CUDA_SUCCESS;
+    bool pinned = false;
     for (size_t i = 0; i < l.n && rc == CUDA_SUCCESS; i++) {
         struct gvm_region *r = l.r[i];
         pthread_mutex_lock(&r->op);
-        if (r->state == GVM_REGION_LIVE && ((r->flags & GVM_RF_PAUSED) != 0) == resume)
+        if (!resume && (r->flags & GVM_RF_PINNED))
+            pinned = true;   /* e.g. mapped by another process (core/share.h): left in place */
+        else if (r->state == GVM_REGION_LIVE && ((r->flags & GVM_RF_PAUSED) != 0) == resume)
             rc = resume ? resume_one(r) : pause_one(r, flags);
         pthread_mutex_unlock(&r->op);
     }
@@ -128,6 +131,7 @@ static gvm_status run(const char *tag, bool resume, int flags)
     if (!resume)
         for (int d = 0; d < gvm_topo.ndev; d++) gvm_heap_trim(d);
     if (rc == CUDA_ERROR_OUT_OF_MEMORY) return GVM_ERR_NO_MEMORY;
+    if (rc == CUDA_SUCCESS && pinned) return GVM_ERR_BUSY;
     return rc == CUDA_SUCCESS ? GVM_OK : GVM_ERR_DRIVER;
 }
 

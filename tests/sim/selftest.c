@@ -882,9 +882,13 @@ static void test_procaddr(void)
     CHECK(proc("cuStreamBeginCapture", 13000, 0, 0, OK) == sym(lib, "cuStreamBeginCapture_v2"));
     CHECK(proc("cuStreamBeginCapture", 13000, PT, 0, OK) == sym(lib, "cuStreamBeginCapture_v2_ptsz"));
     CHECK(proc("cuStreamBeginCapture", 10000, PT, 0, OK) == sym(lib, "cuStreamBeginCapture_ptsz"));
-    /* Every entry point of the driver list, by exact name (but the two
-     * whose base name is versioned). */
-#define SIM_VERSIONED(name) (!strcmp(name, "cuGetProcAddress") || !strcmp(name, "cuStreamBeginCapture"))
+    CHECK(proc("cuIpcOpenMemHandle", 11000, 0, 0, OK) == sym(lib, "cuIpcOpenMemHandle_v2"));
+    CHECK(proc("cuIpcOpenMemHandle", 4010, 0, 0, OK) == sym(lib, "cuIpcOpenMemHandle"));
+    /* Every entry point of the driver list, by exact name (but those whose
+     * base name is versioned). */
+#define SIM_VERSIONED(name)                                                    \
+    (!strcmp(name, "cuGetProcAddress") || !strcmp(name, "cuStreamBeginCapture") ||         \
+     !strcmp(name, "cuIpcOpenMemHandle"))
 #define SIM_CHECK_EXPORT(name)                                                 \
     CHECK(proc(#name, 13000, 0, 0, OK) == sym(lib, #name) || SIM_VERSIONED(#name));
     GVM_DRIVER_ALL(SIM_CHECK_EXPORT, SIM_CHECK_EXPORT)
