@@ -168,6 +168,9 @@ static struct import *find(const struct gvm_ipc_handle *h, CUdevice dev)
 
 static CUresult import_new(const struct gvm_ipc_handle *h, CUdevice dev, unsigned flags, struct import **out)
 {
+    /* A gvmshim handle comes from a driver that exports VMM memory; one
+     * that cannot import it cannot open it. */
+    if (!gvm_drv.cuMemImportFromShareableHandle) return CUDA_ERROR_NOT_SUPPORTED;
     struct import *m = calloc(1, sizeof *m);
     if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
     int conn = gvm_ctl_connect(h->endpoint);
