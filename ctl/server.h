@@ -76,8 +76,10 @@ int gvm_ctl_path(uint64_t endpoint, char *out, size_t len, bool create_dir);
 
 /* ---- the client side ---- */
 
+#define GVM_CTL_TIMEOUT_S 10   /* a client's wait for one message */
+
 /* Connects to an endpoint's socket and checks the server runs as an allowed
- * user. Returns the descriptor, or -errno (-ENOENT/-ECONNREFUSED: no such
+ * user; sends and receives on it time out after GVM_CTL_TIMEOUT_S. Returns the descriptor, or -errno (-ENOENT/-ECONNREFUSED: no such
  * process any more; -EPERM: another user's). */
 int gvm_ctl_connect(uint64_t endpoint);
 

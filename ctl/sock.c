@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -62,6 +63,10 @@ int gvm_ctl_connect(uint64_t endpoint)
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (fd < 0) return -errno;
     uid_t uid = (uid_t)-1;
+    /* A stopped or wedged server makes a request fail, not hang. */
+    struct timeval tv = {.tv_sec = GVM_CTL_TIMEOUT_S};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
     if (connect(fd, (struct sockaddr *)&a, sizeof a)) rc = -errno;
     else if ((rc = peer_uid(fd, &uid)) == 0 && !gvm_ctl_peer_allowed(uid, geteuid(), gvm_ctl_allow_root))
         rc = -EPERM;
