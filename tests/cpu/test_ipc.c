@@ -595,6 +595,29 @@ static void failed_import_leaves_nothing_mapped(void)
     CHECK_EQ(finish(&c, "exit"), 0);
 }
 
+static void failed_export_changes_nothing(void)
+{
+    start();
+    CUdeviceptr p = ok(NULL, "alloc %zu", 14 * MiB), s = ok(NULL, "alloc 1000");
+    EXPECT(NULL, "0", "fill %#llx %zu 16", p, 14 * MiB);
+    char before[64];
+    snprintf(before, sizeof before, "%s", run(NULL, "counts"));
+    ok(NULL, "fail cuMemExportToShareableHandle 2");
+    EXPECT(NULL, "2", "export %#llx", p);
+    ok(NULL, "fail cuMemExportToShareableHandle 1");
+    EXPECT(NULL, "2", "export %#llx", s);
+    EXPECT(NULL, "0 0", "leases");
+    EXPECT(NULL, before, "counts");
+    /* Not pinned: it still moves, and a later export works. */
+    EXPECT(NULL, "0", "migrate %#llx -1", p);
+    EXPECT(NULL, "0", "migrate %#llx 0", p);
+    export_here(p);
+    EXPECT(NULL, "ok", "check %#llx %zu 16", p, 14 * MiB);
+    /* The small one was not held: its free makes it reusable. */
+    EXPECT(NULL, "0", "free %#llx", s);
+    EXPECT(NULL, "1 0", "leases");
+}
+
 /* The exporter is killed (no clean-up, its socket file stays) while a
  * child it forked lives on: the child must not hold the socket, or an
  * importer would wait forever on a backlog nobody accepts. */
@@ -629,6 +652,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(forged_and_foreign_handles)
     TEST_ENTRY(every_abi_reaches_the_hooks)
     TEST_ENTRY(failed_import_leaves_nothing_mapped)
+    TEST_ENTRY(failed_export_changes_nothing)
     TEST_ENTRY(killed_exporter_with_forked_child)
 };
 
