@@ -3,7 +3,6 @@
 #include "ctl/server.h"
 
 #include <errno.h>
-#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -28,7 +27,7 @@ static gvm_ctl_handler handlers[GVM_CTL_TYPES];
  * it holds the lock only to add or remove an entry. */
 static pthread_mutex_t start_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_mutex_t conn_lock = PTHREAD_MUTEX_INITIALIZER;
-static int listen_fd = -1, wake[2] = {-1, -1};
+static int listen_fd = -1;
 static uint64_t endpoint;
 static pid_t owner;            /* the process that serves */
 static char sock_path[sizeof ((struct sockaddr_un *)0)->sun_path];
@@ -136,7 +135,12 @@ static bool serve_one(struct gvm_ctl_conn *c)
 static void accept_one(void)
 {
     int fd = accept4(listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;
+    if (fd < 0) {
+        /* Out of descriptors: the pending connection stays readable; back
+         * off instead of spinning on it. */
+        if (errno == EMFILE || errno == ENFILE) poll(NULL, 0, 100);
+        return;
+    }
     struct ucred cr;
     socklen_t len = sizeof cr;
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &len) ||
@@ -153,7 +157,7 @@ static void *server_main(void *arg)
     struct pollfd *pf = NULL;
     size_t cap = 0;
     for (;;) {
-        size_t n = nconns + 2;
+        size_t n = nconns + 1;
         if (n > cap) {
             struct pollfd *np = realloc(pf, n * sizeof *np);
             if (!np) {
@@ -163,17 +167,14 @@ static void *server_main(void *arg)
             pf = np;
             cap = n;
         }
-        pf[0] = (struct pollfd){.fd = wake[0], .events = POLLIN};
-        pf[1] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
-        for (size_t i = 0; i < nconns; i++) pf[i + 2] = (struct pollfd){.fd = conns[i]->fd, .events = POLLIN};
+        pf[0] = (struct pollfd){.fd = listen_fd, .events = POLLIN};
+        for (size_t i = 0; i < nconns; i++) pf[i + 1] = (struct pollfd){.fd = conns[i]->fd, .events = POLLIN};
         if (poll(pf, n, -1) < 0) continue;
-        if (pf[0].revents) break;
         /* Back to front: dropping i moves the last entry into its place. */
-        for (size_t i = n - 2; i-- > 0;)
-            if (pf[i + 2].revents && !serve_one(conns[i])) conn_drop(i);
-        if (pf[1].revents & POLLIN) accept_one();
+        for (size_t i = n - 1; i-- > 0;)
+            if (pf[i + 1].revents && !serve_one(conns[i])) conn_drop(i);
+        if (pf[0].revents & POLLIN) accept_one();
     }
-    free(pf);
     return NULL;
 }
 
@@ -239,9 +240,7 @@ static void fork_parent(void)
 static void fork_child(void)
 {
     if (listen_fd >= 0) close(listen_fd);
-    if (wake[0] >= 0) close(wake[0]);
-    if (wake[1] >= 0) close(wake[1]);
-    listen_fd = wake[0] = wake[1] = -1;
+    listen_fd = -1;
     for (size_t i = 0; i < nconns; i++) {
         close(conns[i]->fd);
         free(conns[i]);
@@ -297,7 +296,6 @@ int gvm_ctl_start(void)
         uint64_t ep = new_endpoint();
         int fd = open_socket(ep);
         if (fd < 0) rc = fd;
-        else if (pipe2(wake, O_CLOEXEC)) rc = -errno;
         pthread_t t;
         if (!rc) {
             listen_fd = fd;
@@ -309,14 +307,10 @@ int gvm_ctl_start(void)
                 __atomic_store_n(&endpoint, ep, __ATOMIC_RELEASE);
             pthread_attr_destroy(&a);
         }
-        if (rc) {
-            if (fd >= 0) {
-                close(fd);
-                unlink(sock_path);
-            }
-            for (int i = 0; i < 2; i++)
-                if (wake[i] >= 0) close(wake[i]);
-            listen_fd = wake[0] = wake[1] = -1;
+        if (rc && fd >= 0) {
+            close(fd);
+            unlink(sock_path);
+            listen_fd = -1;
         }
     }
     pthread_mutex_unlock(&start_lock);
