@@ -23,6 +23,7 @@
 #include "preload/ipc.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -101,6 +102,39 @@ static int from_hex(const char *s, uint8_t *b, size_t n)
 
 static uint8_t pattern(size_t i, unsigned seed) { return (uint8_t)(seed * 37 + i * 7 + (i >> 12)); }
 
+static void command(const char *line, char *out, size_t len);
+
+/* hammer: threads opening, reading and closing one handle at once. */
+struct hammer {
+    const char *hex;
+    unsigned rounds, seed, errors;
+    size_t bytes;
+};
+
+static void *hammer_thread(void *arg)
+{
+    struct hammer *h = arg;
+    D(cuCtxSetCurrent, ctx[0]);
+    char out[512];
+    for (unsigned i = 0; i < h->rounds; i++) {
+        char line[300];
+        snprintf(line, sizeof line, "open %s", h->hex);
+        command(line, out, sizeof out);
+        if (strncmp(out, "ok ", 3)) {
+            __atomic_add_fetch(&h->errors, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        unsigned long long q = strtoull(out + 3, NULL, 0);
+        snprintf(line, sizeof line, "check %#llx %zu %u", q, h->bytes, h->seed);
+        command(line, out, sizeof out);
+        if (strcmp(out, "ok")) __atomic_add_fetch(&h->errors, 1, __ATOMIC_RELAXED);
+        snprintf(line, sizeof line, "close %#llx", q);
+        command(line, out, sizeof out);
+        if (strcmp(out, "0")) __atomic_add_fetch(&h->errors, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
 static void command(const char *line, char *out, size_t len)
 {
     char op[32] = "", a[160] = "";
@@ -171,6 +205,13 @@ static void command(const char *line, char *out, size_t len)
         sscanf(line, "%*s %*s %lli", &y);
         fail(a, (unsigned long)y, CUDA_ERROR_OUT_OF_MEMORY);
         snprintf(out, len, "ok");
+    } else if (!strcmp(op, "hammer")) {
+        struct hammer h = {.hex = a, .bytes = 65536};
+        sscanf(line, "%*s %*s %u %u", &h.rounds, &h.seed);
+        pthread_t t[4];
+        for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, hammer_thread, &h);
+        for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+        snprintf(out, len, h.errors ? "bad %u" : "ok", h.errors);
     } else if (!strcmp(op, "forkhold")) {
         pid_t pid = fork();
         if (pid == 0) {
@@ -618,6 +659,33 @@ static void failed_export_changes_nothing(void)
     EXPECT(NULL, "1 0", "leases");
 }
 
+/* Importer threads open and close a handle while the exporter exports and
+ * frees other allocations: the server, the registry and the leases under
+ * concurrency (run it under TSan). */
+static void concurrent_opens_and_frees(void)
+{
+    start();
+    CUdeviceptr p = ok(NULL, "alloc %zu", 4 * MiB);
+    EXPECT(NULL, "0", "fill %#llx %zu 17", p, (size_t)65536);
+    const char *hex = export_here(p);
+    struct peer c = spawn();
+    fprintf(c.to, "hammer %s 40 17\n", hex);
+    fflush(c.to);
+    for (int i = 0; i < 40; i++) {
+        CUdeviceptr big = ok(NULL, "alloc %zu", 2 * MiB), small = ok(NULL, "alloc 4000");
+        export_here(big);
+        export_here(small);
+        EXPECT(NULL, "0", "free %#llx", big);
+        EXPECT(NULL, "0", "free %#llx", small);
+    }
+    alarm(60);
+    CHECK(fgets(reply, sizeof reply, c.from));
+    alarm(0);
+    CHECK(!strcmp(reply, "ok\n"));
+    CHECK_EQ(finish(&c, "exit"), 0);
+    wait_leases(NULL, "1 0");
+}
+
 /* The exporter is killed (no clean-up, its socket file stays) while a
  * child it forked lives on: the child must not hold the socket, or an
  * importer would wait forever on a backlog nobody accepts. */
@@ -653,6 +721,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(every_abi_reaches_the_hooks)
     TEST_ENTRY(failed_import_leaves_nothing_mapped)
     TEST_ENTRY(failed_export_changes_nothing)
+    TEST_ENTRY(concurrent_opens_and_frees)
     TEST_ENTRY(killed_exporter_with_forked_child)
 };
 
