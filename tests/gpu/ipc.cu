@@ -183,8 +183,12 @@ static void second_gpu_imports(void)
     share_with_child(32 * MiB / 4, 1, 30);
 }
 
+/* cuda.h calls freeing exported memory before the importer closes it
+ * undefined; gvmshim keeps it for the importer, so this runs under the
+ * shim only. */
 static void exporter_frees_and_exits_first(void)
 {
+    if (!gvm.present) skip("undefined natively (cuda.h: cuIpcOpenMemHandle)");
     size_t words = 16 * MiB / 4;
     Child c = spawn({"export", format("%zu", words), "40"});
     std::string r = hear(c);
