@@ -274,6 +274,16 @@ CUresult gvm_ipc_export(CUipcMemHandle *out, CUdeviceptr p)
     return rc;
 }
 
+/* What CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE answers for gvmshim
+ * memory (preload/hooks_query.c): whether cuIpcGetMemHandle can export it.
+ * Host-resident memory can (it comes home first), paused memory cannot. */
+bool gvm_ipc_capable(const struct gvm_ref *ref)
+{
+    const struct gvm_region *r = ref->region;
+    return gvm_drv.cuMemExportToShareableHandle && gvm_topo.dev[r->device].posix_fd &&
+           !(GVM_LOAD(r->flags) & GVM_RF_PAUSED);
+}
+
 /* Diagnostics (not in gvmshim.h): exported allocations and the leases
  * importers hold on them. */
 GVM_EXPORT void gvm_ipc_counts(int *exported, int *leases)
