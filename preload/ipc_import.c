@@ -55,9 +55,6 @@ static CUresult fetch(int conn, const struct gvm_ipc_handle *h, struct pieces *p
     memcpy(req + 8, h->id, 16);
     if (gvm_ctl_send(conn, GVM_CTL_IPC_OPEN, req, sizeof req, NULL, 0, 0)) return CUDA_ERROR_INVALID_VALUE;
     p->n = (int)h->npieces;
-    p->fds = malloc((size_t)p->n * sizeof *p->fds);
-    p->sizes = malloc((size_t)p->n * sizeof *p->sizes);
-    if (!p->fds || !p->sizes) return CUDA_ERROR_OUT_OF_MEMORY;
     uint64_t total = 0;
     while (p->got < p->n) {
         uint8_t buf[GVM_CTL_MSG_MAX];
@@ -68,6 +65,15 @@ static CUresult fetch(int conn, const struct gvm_ipc_handle *h, struct pieces *p
         bool ok = len > 0 && !gvm_ctl_parse(buf, (size_t)len, &m) && m.type == GVM_CTL_IPC_OPEN &&
                   !gvm_ipc_parse_reply(m.payload, m.len, &r) && !r.status && r.total == h->npieces &&
                   r.first == (uint32_t)p->got && r.extent == h->extent && (uint32_t)nfds == r.count;
+        /* Memory for the pieces once the exporter confirmed their count: a
+         * forged count costs nothing. */
+        bool oom = false;
+        if (ok && !p->fds) {
+            p->fds = malloc((size_t)p->n * sizeof *p->fds);
+            p->sizes = malloc((size_t)p->n * sizeof *p->sizes);
+            oom = !p->fds || !p->sizes;
+            ok = !oom;
+        }
         for (int i = 0; i < nfds; i++) {
             if (ok) {
                 p->fds[p->got] = fds[i];
@@ -77,7 +83,7 @@ static CUresult fetch(int conn, const struct gvm_ipc_handle *h, struct pieces *p
                 close(fds[i]);
             }
         }
-        if (!ok) return CUDA_ERROR_INVALID_VALUE;
+        if (!ok) return oom ? CUDA_ERROR_OUT_OF_MEMORY : CUDA_ERROR_INVALID_VALUE;
     }
     return total == h->extent ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
 }
