@@ -5,6 +5,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -180,6 +181,23 @@ static void *server_main(void *arg)
 
 /* ---- the worker --------------------------------------------------------- */
 
+/* gvmshim's threads take none of the program's signals: it may expect
+ * them on its own threads. */
+static int start_thread(void *(*fn)(void *))
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_t t;
+    pthread_attr_t a;
+    pthread_attr_init(&a);
+    pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&t, &a, fn, NULL);
+    pthread_attr_destroy(&a);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
 static void *worker_main(void *arg)
 {
     (void)arg;
@@ -206,14 +224,7 @@ void gvm_ctl_defer(void (*fn)(void *), void *arg)
     }
     *j = (struct job){fn, arg, NULL};
     pthread_mutex_lock(&job_lock);
-    if (!worker_started) {
-        pthread_t t;
-        pthread_attr_t a;
-        pthread_attr_init(&a);
-        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-        worker_started = pthread_create(&t, &a, worker_main, NULL) == 0;
-        pthread_attr_destroy(&a);
-    }
+    if (!worker_started) worker_started = start_thread(worker_main) == 0;
     *jobs_tail = j;
     jobs_tail = &j->next;
     pthread_cond_signal(&job_cond);
@@ -296,16 +307,10 @@ int gvm_ctl_start(void)
         uint64_t ep = new_endpoint();
         int fd = open_socket(ep);
         if (fd < 0) rc = fd;
-        pthread_t t;
         if (!rc) {
             listen_fd = fd;
             owner = getpid();
-            pthread_attr_t a;
-            pthread_attr_init(&a);
-            pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
-            if ((rc = -pthread_create(&t, &a, server_main, NULL)) == 0)
-                __atomic_store_n(&endpoint, ep, __ATOMIC_RELEASE);
-            pthread_attr_destroy(&a);
+            if ((rc = -start_thread(server_main)) == 0) __atomic_store_n(&endpoint, ep, __ATOMIC_RELEASE);
         }
         if (rc && fd >= 0) {
             close(fd);
