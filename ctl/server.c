@@ -235,6 +235,7 @@ void gvm_ctl_defer(void (*fn)(void *), void *arg)
 
 static void fork_prepare(void)
 {
+    pthread_mutex_lock(&start_lock);
     pthread_mutex_lock(&job_lock);
     pthread_mutex_lock(&conn_lock);
 }
@@ -243,6 +244,7 @@ static void fork_parent(void)
 {
     pthread_mutex_unlock(&conn_lock);
     pthread_mutex_unlock(&job_lock);
+    pthread_mutex_unlock(&start_lock);
 }
 
 /* The child has neither thread: it must not hold the parent's socket (a
@@ -263,6 +265,7 @@ static void fork_child(void)
     worker_started = false;
     pthread_mutex_init(&conn_lock, NULL);
     pthread_mutex_init(&job_lock, NULL);
+    pthread_mutex_init(&start_lock, NULL);
     pthread_cond_init(&job_cond, NULL);
 }
 
