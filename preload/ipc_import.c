@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "preload/ipc.h"
 
+#include "core/capture.h"
 #include "core/log.h"
 #include "ctl/server.h"
 #include "preload/shim.h"
@@ -261,9 +262,13 @@ CUresult gvm_ipc_close(CUdeviceptr p)
     struct import *m = *pp;
     CUresult rc = m ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
     if (m && !--m->refs) {
-        /* Unmapping memory a kernel still reads would kill the kernel. */
+        /* Unmapping memory a kernel still reads would kill the kernel; but
+         * a wait would break a stream capture open on the device. */
         CUcontext ctx = NULL;
-        if (GVM_REAL(cuCtxGetCurrent)(&ctx) == CUDA_SUCCESS && ctx) GVM_REAL(cuCtxSynchronize)();
+        if (GVM_REAL(cuCtxGetCurrent)(&ctx) == CUDA_SUCCESS && ctx && gvm_capture_wait_begin((int)m->device)) {
+            GVM_REAL(cuCtxSynchronize)();
+            gvm_capture_wait_end((int)m->device);
+        }
         rc = GVM_REAL(cuMemUnmap)(m->va, m->extent);
         if (rc == CUDA_SUCCESS) {
             GVM_REAL(cuMemAddressFree)(m->va, m->extent);
