@@ -20,7 +20,7 @@
 #define GVM_CTL_FDS_MAX 64
 
 enum gvm_ctl_type {
-    GVM_CTL_PING = 1,      /* -> struct gvm_ctl_pong: who serves this socket */
+    GVM_CTL_PING = 1,      /* -> pid (u32), uid (u32), endpoint (u64): who serves this socket */
     GVM_CTL_IPC_OPEN = 2,  /* CUDA IPC: the pieces of an exported allocation (preload/ipc_export.c) */
     GVM_CTL_TYPES = 32     /* types are 1 .. GVM_CTL_TYPES-1 */
 };
@@ -30,13 +30,6 @@ struct gvm_ctl_msg {
     uint16_t flags;
     uint32_t len;              /* payload bytes */
     const uint8_t *payload;    /* into the parsed buffer */
-};
-
-/* The reply to PING. */
-struct gvm_ctl_pong {
-    uint32_t pid;
-    uint32_t uid;
-    uint64_t endpoint;
 };
 
 /* Parses one received message. Returns 0, or -1 when it is malformed: too
