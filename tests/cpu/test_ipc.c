@@ -14,6 +14,7 @@
  *   counts             -> handles mappings reservations
  *   leases             -> exported leases  calls NAME    -> sim calls of NAME
  *   fail NAME NTH      -> ok (the NTH next call fails with OUT_OF_MEMORY)
+ *   peer 0|1           -> ok (the simulated devices reach each other or not)
  *   forkhold           -> ok PID (a forked child that sleeps; not exec'd)
  *   exit / die         (die: _exit without any cleanup) */
 #define _GNU_SOURCE
@@ -212,6 +213,10 @@ static void command(const char *line, char *out, size_t len)
         for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, hammer_thread, &h);
         for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
         snprintf(out, len, h.errors ? "bad %u" : "ok", h.errors);
+    } else if (!strcmp(op, "peer")) {
+        void (*set_peer)(int) = sim_fn("simcuda_set_peer");
+        set_peer((int)x);
+        snprintf(out, len, "ok");
     } else if (!strcmp(op, "forkhold")) {
         pid_t pid = fork();
         if (pid == 0) {
@@ -444,6 +449,22 @@ static void moved_allocations_export_from_their_device(void)
     CHECK(s1 != s);
     EXPECT(&c, "ok", "check %#llx %zu 9", s1, 4 * MiB);
     EXPECT(&c, "0", "close %#llx", s1);
+    /* Device 0's memory opened from device 1's context: over peer access. */
+    CUdeviceptr q1 = ok(&c, "open %s", hp);
+    CHECK(q1 != q);
+    EXPECT(&c, "ok", "check %#llx %zu 8", q1, 6 * MiB);
+    EXPECT(&c, "0", "fill %#llx %zu 18", q1, 6 * MiB);
+    EXPECT(NULL, "ok", "check %#llx %zu 18", p, 6 * MiB);
+    EXPECT(&c, "0", "close %#llx", q1);
+    /* Without peer access: the driver's refusal, nothing left mapped. */
+    char before[64];
+    snprintf(before, sizeof before, "%s", run(&c, "counts"));
+    ok(&c, "peer 0");
+    char want[16];
+    snprintf(want, sizeof want, "%d", (int)CUDA_ERROR_INVALID_DEVICE);
+    EXPECT(&c, want, "open %s", hp);
+    EXPECT(&c, before, "counts");
+    ok(&c, "peer 1");
     CHECK_EQ(finish(&c, "exit"), 0);
 }
 
