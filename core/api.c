@@ -65,6 +65,7 @@ GVM_EXPORT gvm_status gvm_migrate(const void *ptr, int location)
     }
     struct gvm_region *r = ref.region;
     st = check_location(r, location);
+    if (!st && (r->flags & GVM_RF_SHARED)) st = GVM_ERR_BUSY;   /* other processes map it (share.h) */
     if (!st) {
         CUresult rc = gvm_relocate_locked(r, location, GVM_RELOC_EXPLICIT);
         st = rc == CUDA_ERROR_NOT_PERMITTED ? GVM_ERR_BUSY   /* paused */
@@ -248,7 +249,7 @@ GVM_EXPORT gvm_status gvm_realloc(const void *ptr, size_t new_size)
     struct gvm_ref ref;
     gvm_status st = lock_ref(ptr, &ref);
     if (st) return st;
-    if ((ref.region->flags & GVM_RF_PAUSED) || capturing())
+    if ((ref.region->flags & (GVM_RF_PAUSED | GVM_RF_SHARED)) || capturing())
         st = GVM_ERR_BUSY;
     else if (ref.slot >= 0)
         st = resize_small(&ref, new_size);
@@ -302,7 +303,7 @@ GVM_EXPORT const char *gvm_strerror(gvm_status status)
     case GVM_ERR_UNSUPPORTED: return "not supported by the device or the link";
     case GVM_ERR_DRIVER: return "a driver call failed; the allocation is unchanged";
     case GVM_ERR_INVALID: return "invalid argument";
-    case GVM_ERR_BUSY: return "the allocation is paused or a stream capture is under way";
+    case GVM_ERR_BUSY: return "the allocation is paused, shared with another process, or a stream capture is under way";
     case GVM_ERR_INACTIVE: return "gvmshim is not active";
     default: return "unknown gvmshim status";
     }

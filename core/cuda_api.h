@@ -20,6 +20,12 @@ CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int cudaVersio
 #undef cuStreamBeginCapture
 CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream);
 
+/* cuda.h renames cuIpcOpenMemHandle to _v2; libcuda also exports the
+ * unsuffixed symbol (CUDA 4.1), with the same ABI. */
+#undef cuIpcOpenMemHandle
+CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
+CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
+
 /* The per-thread default-stream variants have the base ABI. */
 #define GVM_PT_VARIANTS(X)                                                     \
     X(cuMemcpy, _ptds) X(cuMemcpyAsync, _ptsz) X(cuMemcpyPeer, _ptds)          \

@@ -22,6 +22,7 @@
     R(cuMemMap) R(cuMemUnmap) R(cuMemSetAccess) R(cuMemGetAllocationGranularity)\
     O(cuMemRetainAllocationHandle) O(cuMemGetAllocationPropertiesFromHandle)   \
     O(cuFuncGetParamInfo) O(cuKernelGetParamInfo)                              \
+    O(cuMemExportToShareableHandle) O(cuMemImportFromShareableHandle)          \
     O(cuGetProcAddress) O(cuGetProcAddress_v2)
 
 /* Entry points the preload layer replaces by a hook of the same name
@@ -54,7 +55,15 @@
     O(cuMemsetD16Async_ptsz) O(cuMemsetD32Async) O(cuMemsetD32Async_ptsz)      \
     O(cuMemsetD2D8Async) O(cuMemsetD2D8Async_ptsz) O(cuMemsetD2D16Async)       \
     O(cuMemsetD2D16Async_ptsz) O(cuMemsetD2D32Async)                           \
-    O(cuMemsetD2D32Async_ptsz)
+    O(cuMemsetD2D32Async_ptsz)                                                 \
+    GVM_DRIVER_SERVED_IPC(R, O)
+
+/* Legacy CUDA IPC on gvmshim memory (preload/hooks_ipc.c): the memory
+ * handle calls. cuIpcOpenMemHandle is the legacy symbol of the _v2 ABI;
+ * event IPC is not hooked. */
+#define GVM_DRIVER_SERVED_IPC(R, O)                                            \
+    O(cuIpcGetMemHandle) O(cuIpcOpenMemHandle) O(cuIpcOpenMemHandle_v2)        \
+    O(cuIpcCloseMemHandle)
 
 /* ... and kernel launches, replaced only while the policy tracks recency
  * (otherwise the program keeps the driver's own function, at no cost). */

@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "core/ring.h"
 #include "core/settings.h"
+#include "core/share.h"
 #include "core/slab.h"
 #include "core/topo.h"
 #include "core/vamap.h"
@@ -487,7 +488,7 @@ static CUresult free_small(struct gvm_region *r, uintptr_t p)
 static CUresult free_large(struct gvm_region *r, uintptr_t p, bool *dead)
 {
     if (p != r->base) return p < r->base + r->size ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_FOUND;
-    bool cacheable = !r->aliases && r->home == r->device && !(r->flags & GVM_RF_PAUSED) &&
+    bool cacheable = !r->aliases && r->home == r->device && !(r->flags & (GVM_RF_PAUSED | GVM_RF_SHARED)) &&
                      gvm_region_location(r) == r->device;
     if (cacheable) {
         /* Kept mapped and not reused before the device settles. */
@@ -533,8 +534,13 @@ CUresult gvm_heap_free(uintptr_t p)
     pthread_mutex_lock(&r->op);
     CUresult rc = CUDA_ERROR_NOT_FOUND;
     bool dead = false;
-    if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == GVM_REGION_LIVE)
+    if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == GVM_REGION_LIVE) {
+        int slot;
+        uint64_t id;
+        bool shared = gvm_share_key(r, p, &slot, &id);   /* CUDA IPC: core/share.h */
         rc = r->kind == GVM_REGION_CHUNK ? free_small(r, p) : free_large(r, p, &dead);
+        if (rc == CUDA_SUCCESS && shared) gvm_share_freed(r, slot, id);
+    }
     pthread_mutex_unlock(&r->op);
     /* Only now: a record on the free list may be reset and reused at once. */
     if (dead) gvm_region_recycle(r);

@@ -235,7 +235,12 @@ static void drop_block(struct gvm_region *r, struct gvm_block *b)
     for (struct gvm_region *a = r->aliases; a; a = a->aliases)
         if (b->off + b->size <= a->mapped) unmap_view(a, a->base + b->off, b);
     gvm_stats_resident(b->phys->loc, -(int64_t)b->size);
-    gvm_phys_put(b->phys);
+    /* Shared pieces may still be mapped by an importing process: never
+     * handed to another allocation from the pool. */
+    if (r->flags & GVM_RF_SHARED)
+        gvm_phys_destroy(b->phys);
+    else
+        gvm_phys_put(b->phys);
     b->phys = NULL;
 }
 

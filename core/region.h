@@ -36,6 +36,11 @@ enum gvm_region_flags {
     GVM_RF_PINNED = 4,       /* never moved by the policy */
     GVM_RF_ORPHAN = 8,       /* freed by the program, kept alive by its aliases */
     GVM_RF_LEAKED = 16,      /* a mapping in its range could not be removed: never free the range */
+    /* CUDA IPC (core/share.h): its pieces were exported to other processes,
+     * which map them. Set with GVM_RF_PINNED; never moved (gvm_migrate
+     * answers GVM_ERR_BUSY), its pieces are never pooled or cached for
+     * reuse, until the region is destroyed. */
+    GVM_RF_SHARED = 32,
 };
 
 struct gvm_region {

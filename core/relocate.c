@@ -27,6 +27,10 @@ static bool allowed(const struct gvm_region *r, int loc, unsigned how)
     bool paused = r->flags & GVM_RF_PAUSED, pinned = r->flags & GVM_RF_PINNED;
     if (how & GVM_RELOC_RESUME) return paused;
     if (paused) return false;
+    /* Other processes map its pieces (core/share.h): a move would split the
+     * two views. */
+    if (r->flags & GVM_RF_SHARED) return false;
+    if (how & GVM_RELOC_PAUSE) return !pinned;
     if (how & GVM_RELOC_SPILL) return !pinned && loc != r->home && gvm_region_location(r) == r->home;
     /* The record may have been freed and reused since the policy picked it:
      * only an allocation that belongs at loc is promoted there. */

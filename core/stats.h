@@ -32,7 +32,9 @@
     X(aliases, "aliases created")                                              \
     X(reallocs, "in-place resizes")                                            \
     X(cpu_access_faults, "first CPU touches of host-resident memory")          \
-    X(launches_scanned, "kernel launches scanned for recency")
+    X(launches_scanned, "kernel launches scanned for recency")                 \
+    X(ipc_exports, "allocations exported with cuIpcGetMemHandle")             \
+    X(ipc_imports, "gvmshim IPC handles mapped by cuIpcOpenMemHandle")
 
 struct gvm_stats {
 #define GVM_STAT_FIELD(name, doc) uint64_t name;

@@ -32,7 +32,7 @@ typedef int gvm_status;
 #define GVM_ERR_UNSUPPORTED (-4)     /* the device or link cannot do it (e.g. no peer access) */
 #define GVM_ERR_DRIVER (-5)          /* a driver call failed; the allocation is unchanged */
 #define GVM_ERR_INVALID (-6)         /* a bad argument (location, size, flags) */
-#define GVM_ERR_BUSY (-7)            /* the allocation is paused, or the call came during stream capture */
+#define GVM_ERR_BUSY (-7)            /* the allocation is paused or shared with another process (CUDA IPC), or the call came during stream capture */
 #define GVM_ERR_INACTIVE (-8)        /* gvmshim is disabled (GVM_DISABLE) or could not start */
 
 /* Locations: a device ordinal (>= 0) or host memory. */

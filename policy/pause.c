@@ -53,15 +53,20 @@ static gvm_status run(const char *tag, bool resume, int flags)
     unsigned how = resume ? GVM_RELOC_RESUME : GVM_RELOC_PAUSE;
     int loc = !resume && !(flags & GVM_PAUSE_DISCARD) ? GVM_LOC_HOST : GVM_LOC_NONE;
     CUresult rc = CUDA_SUCCESS;
+    bool pinned = false;
     for (size_t i = 0; i < l.n && rc == CUDA_SUCCESS; i++) {
         rc = gvm_relocate(l.r[i], loc, how);
-        if (gvm_relocate_refused(rc)) rc = CUDA_SUCCESS;   /* freed, or paused/resumed meanwhile */
+        /* Refused: freed, paused or resumed meanwhile, or pinned (e.g.
+         * mapped by another process, core/share.h), which stays in place. */
+        if (rc == CUDA_ERROR_NOT_PERMITTED && !resume) pinned = true;
+        if (gvm_relocate_refused(rc)) rc = CUDA_SUCCESS;
     }
     free(l.r);
     /* What the moves freed went to the pools: give it back to the driver. */
     if (!resume)
         for (int d = 0; d < gvm_topo.ndev; d++) gvm_heap_trim(d);
     if (rc == CUDA_ERROR_OUT_OF_MEMORY) return GVM_ERR_NO_MEMORY;
+    if (rc == CUDA_SUCCESS && pinned) return GVM_ERR_BUSY;
     return rc == CUDA_SUCCESS ? GVM_OK : GVM_ERR_DRIVER;
 }
 

@@ -12,14 +12,6 @@
 
 #include <string.h>
 
-/* Legacy IPC on gvmshim memory is not served yet: the work that serves it
- * replaces this with a strong definition. */
-__attribute__((weak)) bool gvm_ipc_capable(const struct gvm_ref *ref)
-{
-    (void)ref;
-    return false;
-}
-
 /* p is gvmshim's but in no live allocation. */
 static bool stranger(uintptr_t p)
 {

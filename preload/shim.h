@@ -89,8 +89,7 @@ static inline struct gvm_region *gvm_shim_use_span(uintptr_t p, size_t n, bool *
 extern void *const gvm_hook_table[GVM_FN_COUNT];
 
 /* Whether the allocation ref may be exported through legacy CUDA IPC
- * (CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE): false until legacy IPC
- * on gvmshim memory is served (a weak stub in hooks_query.c). */
+ * (CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE; preload/ipc_export.c). */
 bool gvm_ipc_capable(const struct gvm_ref *ref);
 
 /* Served calls made while a stream capture is open. CUDA forbids

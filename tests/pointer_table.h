@@ -100,12 +100,11 @@ static const struct pt_attr pt_attrs[] = {
 
 /* Answers that differ for a documented reason, reported but not failed
  * (case prefix, attribute): gvmshim's VMM memory has no nv-p2p tokens;
- * legacy IPC on it is not served yet (gvm_ipc_capable); every device that
+ * every device that
  * reaches the memory has access to it, where natively a peer device gets
  * access only once the program enables peer access. */
 static const char *const pt_known_differences[][2] = {
     {"", "P2P_TOKENS"},
-    {"", "IS_LEGACY_CUDA_IPC_CAPABLE"},
     {"peer-context.", "ACCESS_FLAGS"},
 };
 

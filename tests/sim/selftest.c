@@ -8,11 +8,13 @@
 #include "../../core/driver_list.h"
 
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* cuda.h maps the name to the _v2 ABI; this is the legacy 32-bit symbol. */
 #undef cuMemAlloc
@@ -504,6 +506,64 @@ static void test_vmm_host(void)
     check_no_leaks();
 }
 
+/* Shareable handles are dups of the memfd: an import maps the same bytes,
+ * and the memory lives while any handle, mapping or descriptor does. */
+static void test_vmm_share(void)
+{
+    fresh();
+    CUdeviceptr a, b;
+    CUmemGenericAllocationHandle h, plain, imp;
+    CUmemAllocationProp p = prop_at(CU_MEM_LOCATION_TYPE_DEVICE, 1);
+    p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    CU_OK(cuMemCreate(&h, 2 * MiB, &p, 0));
+    int fd = -1;
+    CU_OK(cuMemExportToShareableHandle(&fd, h, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0));
+    CHECK(fd >= 0);
+    plain = create_on(0, 2 * MiB);   /* no handle type requested: not exportable */
+    int fd2 = -1;
+    CHECK_RC(cuMemExportToShareableHandle(&fd2, plain, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+             CUDA_ERROR_INVALID_VALUE);
+    CU_OK(cuMemRelease(plain));
+    CU_OK(cuMemRelease(h));   /* the descriptor keeps the memory */
+    CU_OK(cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR));
+    close(fd);
+    CUmemAllocationProp got;
+    CU_OK(cuMemGetAllocationPropertiesFromHandle(&got, imp));
+    CHECK(got.location.type == CU_MEM_LOCATION_TYPE_DEVICE && got.location.id == 1);
+    CU_OK(cuMemAddressReserve(&a, 2 * MiB, 0, 0, 0));
+    CU_OK(cuMemAddressReserve(&b, 2 * MiB, 0, 0, 0));
+    CU_OK(cuMemMap(a, 2 * MiB, 0, imp, 0));
+    CU_OK(cuMemMap(b, 2 * MiB, 0, imp, 0));
+    grant(a, 2 * MiB, CU_MEM_LOCATION_TYPE_DEVICE, 1, CU_MEM_ACCESS_FLAGS_PROT_READWRITE, CUDA_SUCCESS);
+    grant(b, 2 * MiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE, CUDA_SUCCESS);
+    ((volatile char *)a)[12345] = 42;
+    CHECK(((volatile char *)b)[12345] == 42);
+    CHECK(simcuda_location_of(b) == 1);
+    CU_OK(cuMemRelease(imp));
+    CU_OK(cuMemUnmap(a, 2 * MiB));
+    CU_OK(cuMemUnmap(b, 2 * MiB));
+    CU_OK(cuMemAddressFree(a, 2 * MiB));
+    CU_OK(cuMemAddressFree(b, 2 * MiB));
+    /* Descriptors that are not the sim's memory. */
+    int devnull = open("/dev/null", O_RDONLY);
+    CHECK_RC(cuMemImportFromShareableHandle(&imp, (void *)(intptr_t)devnull,
+                                            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+             CUDA_ERROR_INVALID_VALUE);
+    close(devnull);
+    /* Legacy IPC of native memory: a handle, but nothing can open it. */
+    CUdeviceptr n;
+    CUipcMemHandle ih;
+    CU_OK(cuMemAlloc_v2(&n, 4096));
+    CU_OK(cuIpcGetMemHandle(&ih, n));
+    CHECK(!memcmp(ih.reserved, "SIMIPC", 6));
+    CHECK_RC(cuIpcGetMemHandle(&ih, n + 1), CUDA_ERROR_INVALID_VALUE);
+    CUdeviceptr o;
+    CHECK_RC(cuIpcOpenMemHandle_v2(&o, ih, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS), CUDA_ERROR_INVALID_VALUE);
+    CHECK_RC(cuIpcCloseMemHandle(n), CUDA_ERROR_INVALID_VALUE);
+    CU_OK(cuMemFree_v2(n));
+    check_no_leaks();
+}
+
 static void test_capacity(void)
 {
     CUmemGenericAllocationHandle a, b, c;
@@ -882,9 +942,13 @@ static void test_procaddr(void)
     CHECK(proc("cuStreamBeginCapture", 13000, 0, 0, OK) == sym(lib, "cuStreamBeginCapture_v2"));
     CHECK(proc("cuStreamBeginCapture", 13000, PT, 0, OK) == sym(lib, "cuStreamBeginCapture_v2_ptsz"));
     CHECK(proc("cuStreamBeginCapture", 10000, PT, 0, OK) == sym(lib, "cuStreamBeginCapture_ptsz"));
-    /* Every entry point of the driver list, by exact name (but the two
-     * whose base name is versioned). */
-#define SIM_VERSIONED(name) (!strcmp(name, "cuGetProcAddress") || !strcmp(name, "cuStreamBeginCapture"))
+    CHECK(proc("cuIpcOpenMemHandle", 11000, 0, 0, OK) == sym(lib, "cuIpcOpenMemHandle_v2"));
+    CHECK(proc("cuIpcOpenMemHandle", 4010, 0, 0, OK) == sym(lib, "cuIpcOpenMemHandle"));
+    /* Every entry point of the driver list, by exact name (but those whose
+     * base name is versioned). */
+#define SIM_VERSIONED(name)                                                    \
+    (!strcmp(name, "cuGetProcAddress") || !strcmp(name, "cuStreamBeginCapture") ||         \
+     !strcmp(name, "cuIpcOpenMemHandle"))
 #define SIM_CHECK_EXPORT(name)                                                 \
     CHECK(proc(#name, 13000, 0, 0, OK) == sym(lib, #name) || SIM_VERSIONED(#name));
     GVM_DRIVER_ALL(SIM_CHECK_EXPORT, SIM_CHECK_EXPORT)
@@ -1158,6 +1222,7 @@ int main(void)
         {"contexts", test_contexts}, {"native", test_native},
         {"vmm_alias", test_vmm_alias}, {"vmm_refcount", test_vmm_refcount},
         {"vmm_rules", test_vmm_rules}, {"vmm_host", test_vmm_host},
+        {"vmm_share", test_vmm_share},
         {"capacity", test_capacity}, {"copies", test_copies},
         {"pointers", test_pointers}, {"faults", test_faults},
         {"procaddr", test_procaddr}, {"launch", test_launch},

@@ -25,7 +25,8 @@ CUresult CUDAAPI cuMemAlloc(unsigned int *dptr, unsigned int bytesize);
     X(cuMemAlloc) X(cuDeviceGetName) X(cuMemGetAccess) X(cuStreamQuery)       \
     X(cuStreamQuery_ptsz) X(cuStreamSynchronize_ptsz) X(cuEventRecord_ptsz)   \
     X(cuStreamIsCapturing_ptsz)                                                \
-    X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy) X(cuGraphDestroy)
+    X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy) X(cuGraphDestroy)   \
+    X(cuIpcGetEventHandle) X(cuIpcOpenEventHandle)
 #define SIM_EXPORTS(X) GVM_DRIVER_ALL(X, X) SIM_EXTRA_EXPORTS(X)
 
 #define SIM_ENUM(name) SIM_FN_##name,
@@ -85,6 +86,7 @@ struct sim_handle { /* cuMemCreate physical memory */
     CUmemAllocationProp prop;
     unsigned refs; /* create/retain minus release */
     unsigned maps; /* live mappings */
+    int imported;  /* from another process's fd: not charged here */
 };
 struct sim_map { /* cuMemMap range */
     uintptr_t base;
@@ -162,6 +164,8 @@ void sim_ctx_reset_all(void);
 void sim_streams_reset(void);
 
 /* Memory objects (lock held). */
+#define SIM_MEMFD_PREFIX "simcuda:" /* memfd name: prefix and location */
+struct sim_handle *sim_handle_find(CUmemGenericAllocationHandle id);
 struct sim_native *sim_native_at(uintptr_t p);
 struct sim_map *sim_map_at(uintptr_t p);
 struct sim_resv *sim_resv_at(uintptr_t p);

@@ -6,6 +6,7 @@
 #define _GNU_SOURCE
 #include "sim.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -43,7 +44,7 @@ struct sim_map *sim_map_at(uintptr_t p)
     return NULL;
 }
 
-static struct sim_handle *sim_handle_find(CUmemGenericAllocationHandle id)
+struct sim_handle *sim_handle_find(CUmemGenericAllocationHandle id)
 {
     for (size_t i = 0; i < sim.handles.len; i++) {
         struct sim_handle *h = sim.handles.item[i];
@@ -192,7 +193,8 @@ static CUresult sim_prop_location(const CUmemAllocationProp *prop, int *loc)
 static void sim_handle_destroy(struct sim_handle *h)
 {
     close(h->fd);
-    sim_uncharge(h->loc, h->size);
+    if (!h->imported) /* the exporting process was charged */
+        sim_uncharge(h->loc, h->size);
     sim_vec_remove(&sim.handles, h);
     free(h);
 }
@@ -208,9 +210,13 @@ static void sim_handle_unref(struct sim_handle *h, int mapping)
         sim_handle_destroy(h);
 }
 
+/* The memfd's name carries the location, so a process importing it
+ * (tests/sim/ipc.c) knows where the memory lives. */
 static CUresult sim_handle_backing(struct sim_handle *h)
 {
-    h->fd = memfd_create("simcuda", MFD_CLOEXEC);
+    char name[32];
+    snprintf(name, sizeof name, SIM_MEMFD_PREFIX "%d", h->loc);
+    h->fd = memfd_create(name, MFD_CLOEXEC);
     if (h->fd < 0)
         return CUDA_ERROR_OUT_OF_MEMORY;
     if (ftruncate(h->fd, (off_t)h->size) != 0) {
@@ -243,7 +249,7 @@ static CUresult sim_mem_create(CUmemGenericAllocationHandle *out, size_t size,
         sim_uncharge(loc, size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *h = (struct sim_handle){sim_new_id(), size, loc, -1, *prop, 1, 0};
+    *h = (struct sim_handle){sim_new_id(), size, loc, -1, *prop, 1, 0, 0};
     if ((rc = sim_handle_backing(h)) != CUDA_SUCCESS) {
         h->fd = -1;
         sim_vec_remove(&sim.handles, h);

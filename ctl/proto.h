@@ -1,0 +1,66 @@
+/* The message format of gvmshim's per-process control socket (ctl/server.h):
+ * one message per SOCK_SEQPACKET datagram, an 8-byte header and a payload:
+ *
+ *   byte 0      protocol version (GVM_CTL_VERSION)
+ *   byte 1      request type (enum gvm_ctl_type); a reply has its request's type
+ *   bytes 2-3   flags, little-endian (0 so far)
+ *   bytes 4-7   payload length, little-endian; header + payload <= GVM_CTL_MSG_MAX
+ *
+ * Descriptors travel with a message as SCM_RIGHTS, at most GVM_CTL_FDS_MAX.
+ * Parsing takes (bytes, length) and trusts nothing, so it can be fuzzed. */
+#ifndef GVM_CTL_PROTO_H
+#define GVM_CTL_PROTO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define GVM_CTL_VERSION 1
+#define GVM_CTL_HDR 8
+#define GVM_CTL_MSG_MAX 4096
+#define GVM_CTL_FDS_MAX 64
+
+enum gvm_ctl_type {
+    GVM_CTL_PING = 1,      /* -> pid (u32), uid (u32), endpoint (u64): who serves this socket */
+    GVM_CTL_IPC_OPEN = 2,  /* CUDA IPC: the pieces of an exported allocation (preload/ipc_export.c) */
+    GVM_CTL_TYPES = 32     /* types are 1 .. GVM_CTL_TYPES-1 */
+};
+
+struct gvm_ctl_msg {
+    uint8_t type;
+    uint16_t flags;
+    uint32_t len;              /* payload bytes */
+    const uint8_t *payload;    /* into the parsed buffer */
+};
+
+/* Parses one received message. Returns 0, or -1 when it is malformed: too
+ * short or long, another version, an unknown type, a length that does not
+ * match what arrived. */
+int gvm_ctl_parse(const void *buf, size_t n, struct gvm_ctl_msg *m);
+
+/* Writes header and payload into buf; returns the message's length, or 0
+ * when it would not fit in cap or in GVM_CTL_MSG_MAX. */
+size_t gvm_ctl_frame(void *buf, size_t cap, uint8_t type, const void *payload, size_t len);
+
+/* Little-endian field access for payloads. */
+static inline void gvm_put_u32(uint8_t *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline void gvm_put_u64(uint8_t *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
+}
+static inline uint32_t gvm_get_u32(const uint8_t *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+static inline uint64_t gvm_get_u64(const uint8_t *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+
+#endif

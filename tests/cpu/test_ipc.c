@@ -1,0 +1,753 @@
+/* CUDA IPC between two processes that both run under the shim, against the
+ * simulated driver (whose handles are memfds, so sharing is real). Each
+ * case is one process (the harness forks it); the other is this program
+ * re-executed as a helper (`test-ipc --peer`) that runs commands read from
+ * its stdin and answers one line each. The case runs the same commands
+ * locally, so a scenario reads as a script over the two processes.
+ *
+ * Commands (ADDR, N in hex or decimal; HANDLE is 128 hex digits):
+ *   alloc N            -> ok ADDR          free ADDR     -> rc
+ *   fill ADDR N SEED   -> rc               check ADDR N SEED -> ok | bad
+ *   export ADDR        -> ok HANDLE | rc   open HANDLE   -> ok ADDR | rc
+ *   close ADDR         -> rc               dev D         -> rc (current device)
+ *   migrate ADDR LOC   -> status           where ADDR    -> location
+ *   counts             -> handles mappings reservations
+ *   leases             -> exported leases  calls NAME    -> sim calls of NAME
+ *   fail NAME NTH      -> ok (the NTH next call fails with OUT_OF_MEMORY)
+ *   peer 0|1           -> ok (the simulated devices reach each other or not)
+ *   forkhold           -> ok PID (a forked child that sleeps; not exec'd)
+ *   exit / die         (die: _exit without any cleanup) */
+#define _GNU_SOURCE
+#include "core/cuda_api.h"
+#include "gvmshim.h"
+#include "harness.h"
+#include "preload/ipc.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define MiB ((size_t)1 << 20)
+
+typedef CUresult (*gpa2_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);
+
+static void *lib;
+static gpa2_fn gpa;
+
+static void *resolve(const char *name, int version)
+{
+    void *fn = NULL;
+    CUdriverProcAddressQueryResult st;
+    CHECK_EQ(gpa(name, &fn, version, 0, &st), CUDA_SUCCESS);
+    return fn;
+}
+
+#define D(name, ...) ((__typeof__(name) *)resolve(#name, 12000))(__VA_ARGS__)
+/* gvmshim's API, from the preloaded library. */
+#define API(name) ((__typeof__(name) *)dlsym(RTLD_DEFAULT, #name))
+
+static const char *object_of(void *p)
+{
+    Dl_info info;
+    if (!p || !dladdr(p, &info) || !info.dli_fname) return "?";
+    return strstr(info.dli_fname, "libgvmshim") ? "shim" : strstr(info.dli_fname, "libcuda") ? "sim" : "other";
+}
+
+static const char *symbol_of(void *p)
+{
+    Dl_info info;
+    if (!p || !dladdr(p, &info) || !info.dli_sname) return "?";
+    return info.dli_sname;
+}
+
+static CUcontext ctx[2];
+
+/* The cudart way in, as in test_preload.c. */
+static void start(void)
+{
+    lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    CHECK(lib != NULL);
+    gpa = (gpa2_fn)dlsym(lib, "cuGetProcAddress_v2");
+    gpa = (gpa2_fn)resolve("cuGetProcAddress", 12000);
+    CHECK_EQ(D(cuInit, 0), CUDA_SUCCESS);
+    for (int d = 0; d < 2; d++) CHECK_EQ(D(cuDevicePrimaryCtxRetain, &ctx[d], d), CUDA_SUCCESS);
+    CHECK_EQ(D(cuCtxSetCurrent, ctx[0]), CUDA_SUCCESS);
+}
+
+static void *sim_fn(const char *name)
+{
+    void *f = dlsym(lib, name);
+    CHECK(f != NULL);
+    return f;
+}
+
+/* ---- the command interpreter ------------------------------------------- */
+
+static void to_hex(const uint8_t *b, size_t n, char *out)
+{
+    for (size_t i = 0; i < n; i++) sprintf(out + 2 * i, "%02x", b[i]);
+}
+
+static int from_hex(const char *s, uint8_t *b, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        unsigned v;
+        if (sscanf(s + 2 * i, "%2x", &v) != 1) return -1;
+        b[i] = (uint8_t)v;
+    }
+    return 0;
+}
+
+static uint8_t pattern(size_t i, unsigned seed) { return (uint8_t)(seed * 37 + i * 7 + (i >> 12)); }
+
+static void command(const char *line, char *out, size_t len);
+
+/* hammer: threads opening, reading and closing one handle at once. */
+struct hammer {
+    const char *hex;
+    unsigned rounds, seed, errors;
+    size_t bytes;
+};
+
+static void *hammer_thread(void *arg)
+{
+    struct hammer *h = arg;
+    D(cuCtxSetCurrent, ctx[0]);
+    char out[512];
+    for (unsigned i = 0; i < h->rounds; i++) {
+        char line[300];
+        snprintf(line, sizeof line, "open %s", h->hex);
+        command(line, out, sizeof out);
+        if (strncmp(out, "ok ", 3)) {
+            __atomic_add_fetch(&h->errors, 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        unsigned long long q = strtoull(out + 3, NULL, 0);
+        snprintf(line, sizeof line, "check %#llx %zu %u", q, h->bytes, h->seed);
+        command(line, out, sizeof out);
+        if (strcmp(out, "ok")) __atomic_add_fetch(&h->errors, 1, __ATOMIC_RELAXED);
+        snprintf(line, sizeof line, "close %#llx", q);
+        command(line, out, sizeof out);
+        if (strcmp(out, "0")) __atomic_add_fetch(&h->errors, 1, __ATOMIC_RELAXED);
+    }
+    return NULL;
+}
+
+static void command(const char *line, char *out, size_t len)
+{
+    char op[32] = "", a[160] = "";
+    unsigned long long x = 0, y = 0, z = 0;
+    sscanf(line, "%31s %159s", op, a);
+    sscanf(line, "%*s %lli %lli %lli", &x, &y, &z);
+    CUdeviceptr p = (CUdeviceptr)x;
+    if (!strcmp(op, "alloc")) {
+        CUresult rc = D(cuMemAlloc_v2, &p, (size_t)x);
+        if (rc) snprintf(out, len, "%d", (int)rc);
+        else snprintf(out, len, "ok %#llx", (unsigned long long)p);
+    } else if (!strcmp(op, "free")) {
+        snprintf(out, len, "%d", (int)D(cuMemFree_v2, p));
+    } else if (!strcmp(op, "fill") || !strcmp(op, "check")) {
+        uint8_t *buf = malloc(y);
+        CHECK(buf);
+        bool fill = op[0] == 'f', same = true;
+        CUresult rc;
+        if (fill) {
+            for (size_t i = 0; i < y; i++) buf[i] = pattern(i, (unsigned)z);
+            rc = D(cuMemcpyHtoD_v2, p, buf, y);
+        } else {
+            rc = D(cuMemcpyDtoH_v2, buf, p, y);
+            for (size_t i = 0; i < y && !rc; i++) same &= buf[i] == pattern(i, (unsigned)z);
+        }
+        free(buf);
+        if (fill || rc) snprintf(out, len, "%d", (int)rc);
+        else snprintf(out, len, same ? "ok" : "bad");
+    } else if (!strcmp(op, "export")) {
+        CUipcMemHandle h;
+        CUresult rc = D(cuIpcGetMemHandle, &h, p);
+        char hex[2 * CU_IPC_HANDLE_SIZE + 1];
+        to_hex((uint8_t *)h.reserved, sizeof h.reserved, hex);
+        if (rc) snprintf(out, len, "%d", (int)rc);
+        else snprintf(out, len, "ok %s", hex);
+    } else if (!strcmp(op, "open")) {
+        CUipcMemHandle h;
+        CHECK_EQ(from_hex(a, (uint8_t *)h.reserved, sizeof h.reserved), 0);
+        CUdeviceptr q = 0;
+        CUresult rc = ((__typeof__(cuIpcOpenMemHandle_v2) *)resolve("cuIpcOpenMemHandle", 11000))(
+            &q, h, CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS);
+        if (rc) snprintf(out, len, "%d", (int)rc);
+        else snprintf(out, len, "ok %#llx", (unsigned long long)q);
+    } else if (!strcmp(op, "close")) {
+        snprintf(out, len, "%d", (int)D(cuIpcCloseMemHandle, p));
+    } else if (!strcmp(op, "dev")) {
+        snprintf(out, len, "%d", (int)D(cuCtxSetCurrent, ctx[x]));
+    } else if (!strcmp(op, "migrate")) {
+        snprintf(out, len, "%d", (int)API(gvm_migrate)((void *)p, (int)(long long)y));
+    } else if (!strcmp(op, "where")) {
+        gvm_info info;
+        int st = API(gvm_query)((void *)p, &info);
+        snprintf(out, len, "%d", st ? -100 + st : info.location);
+    } else if (!strcmp(op, "counts")) {
+        long (*h)(void) = sim_fn("simcuda_live_handles"), (*m)(void) = sim_fn("simcuda_live_mappings"),
+             (*r)(void) = sim_fn("simcuda_live_reservations");
+        snprintf(out, len, "%ld %ld %ld", h(), m(), r());
+    } else if (!strcmp(op, "leases")) {
+        void (*counts)(int *, int *) = dlsym(RTLD_DEFAULT, "gvm_ipc_counts");
+        int e = -1, l = -1;
+        if (counts) counts(&e, &l);
+        snprintf(out, len, "%d %d", e, l);
+    } else if (!strcmp(op, "calls")) {
+        unsigned long (*calls)(const char *) = sim_fn("simcuda_calls_of");
+        snprintf(out, len, "%lu", calls(a));
+    } else if (!strcmp(op, "fail")) {
+        void (*fail)(const char *, unsigned long, CUresult) = sim_fn("simcuda_fail_call");
+        sscanf(line, "%*s %*s %lli", &y);
+        fail(a, (unsigned long)y, CUDA_ERROR_OUT_OF_MEMORY);
+        snprintf(out, len, "ok");
+    } else if (!strcmp(op, "hammer")) {
+        struct hammer h = {.hex = a, .bytes = 65536};
+        sscanf(line, "%*s %*s %u %u", &h.rounds, &h.seed);
+        pthread_t t[4];
+        for (int i = 0; i < 4; i++) pthread_create(&t[i], NULL, hammer_thread, &h);
+        for (int i = 0; i < 4; i++) pthread_join(t[i], NULL);
+        snprintf(out, len, h.errors ? "bad %u" : "ok", h.errors);
+    } else if (!strcmp(op, "peer")) {
+        void (*set_peer)(int) = sim_fn("simcuda_set_peer");
+        set_peer((int)x);
+        snprintf(out, len, "ok");
+    } else if (!strcmp(op, "forkhold")) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            sleep(30);
+            _exit(0);
+        }
+        snprintf(out, len, "ok %d", (int)pid);
+    } else {
+        snprintf(out, len, "unknown command");
+    }
+}
+
+static int peer_main(void)
+{
+    start();
+    char line[512], out[512];
+    while (fgets(line, sizeof line, stdin)) {
+        if (!strncmp(line, "exit", 4)) exit(0);
+        if (!strncmp(line, "die", 3)) _exit(3);
+        command(line, out, sizeof out);
+        printf("%s\n", out);
+        fflush(stdout);
+    }
+    return 0;
+}
+
+/* ---- the case's side --------------------------------------------------- */
+
+struct peer {
+    pid_t pid;
+    FILE *to, *from;
+};
+
+static struct peer spawn_env(const char *env)
+{
+    int in[2], out[2];
+    CHECK(pipe(in) == 0 && pipe(out) == 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[1]);
+        close(out[0]);
+        if (env) putenv((char *)env);
+        execl("/proc/self/exe", "test-ipc", "--peer", (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    return (struct peer){pid, fdopen(in[1], "w"), fdopen(out[0], "r")};
+}
+
+static struct peer spawn(void) { return spawn_env(NULL); }
+
+static char reply[512];
+
+static const char *vrun(struct peer *p, const char *fmt, va_list ap)
+{
+    char line[512];
+    vsnprintf(line, sizeof line, fmt, ap);
+    if (!p) {
+        command(line, reply, sizeof reply);
+        return reply;
+    }
+    fprintf(p->to, "%s\n", line);
+    fflush(p->to);
+    alarm(20);   /* a hang is a failure, not a stuck suite */
+    CHECK(fgets(reply, sizeof reply, p->from));
+    alarm(0);
+    reply[strcspn(reply, "\n")] = 0;
+    return reply;
+}
+
+/* Runs a command here (p NULL) or in the peer; returns its answer. */
+__attribute__((format(printf, 2, 3))) static const char *run(struct peer *p, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const char *r = vrun(p, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+/* The same, expecting "ok VALUE": returns VALUE. */
+__attribute__((format(printf, 2, 3))) static unsigned long long ok(struct peer *p, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    const char *r = vrun(p, fmt, ap);
+    va_end(ap);
+    if (strncmp(r, "ok", 2)) {
+        fprintf(stderr, "'%s' answered '%s'\n", fmt, r);
+        exit(1);
+    }
+    return strtoull(r + 2, NULL, 0);
+}
+
+#define EXPECT(p, want, ...)                                                   \
+    do {                                                                       \
+        const char *got_ = run(p, __VA_ARGS__);                                \
+        if (strcmp(got_, want)) {                                              \
+            fprintf(stderr, "%s:%d: '%s' answered '%s', want '%s'\n", __FILE__, __LINE__, #__VA_ARGS__, got_, want); \
+            exit(1);                                                           \
+        }                                                                      \
+    } while (0)
+
+/* Exports p here and returns the handle's hex. */
+static const char *export_here(CUdeviceptr p)
+{
+    static char hex[2 * CU_IPC_HANDLE_SIZE + 1];
+    const char *r = run(NULL, "export %#llx", (unsigned long long)p);
+    CHECK(!strncmp(r, "ok ", 3));
+    snprintf(hex, sizeof hex, "%s", r + 3);
+    return hex;
+}
+
+static int finish(struct peer *p, const char *how)
+{
+    fprintf(p->to, "%s\n", how);
+    fflush(p->to);
+    int status;
+    alarm(20);
+    CHECK_EQ(waitpid(p->pid, &status, 0), p->pid);
+    alarm(0);
+    fclose(p->to);
+    fclose(p->from);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* Leases end when the server thread sees EOF: wait for it. */
+static void wait_leases(struct peer *p, const char *want)
+{
+    for (int i = 0; i < 500 && strcmp(run(p, "leases"), want); i++) usleep(10000);
+    EXPECT(p, want, "leases");
+}
+
+static void large_allocation_shared_both_ways(void)
+{
+    start();
+    CUdeviceptr p = ok(NULL, "alloc %zu", 10 * MiB);
+    EXPECT(NULL, "0", "fill %#llx %zu 1", p, 10 * MiB);
+    char hex[2 * CU_IPC_HANDLE_SIZE + 1];
+    snprintf(hex, sizeof hex, "%s", export_here(p));
+    /* The same handle every time, and for an address inside. */
+    CHECK(!strcmp(export_here(p), hex));
+    CHECK(!strcmp(export_here(p + 4096), hex));
+    struct peer c = spawn();
+    char before[64];
+    snprintf(before, sizeof before, "%s", run(&c, "counts"));
+    CUdeviceptr q = ok(&c, "open %s", hex);
+    EXPECT(&c, "ok", "check %#llx %zu 1", q, 10 * MiB);
+    EXPECT(&c, "0", "fill %#llx %zu 2", q + 4096, (size_t)65536);
+    EXPECT(NULL, "ok", "check %#llx %zu 2", p + 4096, (size_t)65536);
+    EXPECT(NULL, "1 1", "leases");
+    /* Opened twice: the same address; unmapped at the last close only. */
+    CHECK_EQ(ok(&c, "open %s", hex), q);
+    EXPECT(&c, "0", "close %#llx", q);
+    EXPECT(&c, "ok", "check %#llx %zu 2", q + 4096, (size_t)65536);
+    EXPECT(&c, "0", "close %#llx", q);
+    EXPECT(&c, before, "counts");
+    /* Closing again: not open any more, the driver's answer. */
+    EXPECT(&c, "1", "close %#llx", q);
+    wait_leases(NULL, "1 0");
+    CHECK_EQ(finish(&c, "exit"), 0);
+    EXPECT(NULL, "0", "free %#llx", p);
+    EXPECT(NULL, "0 0", "leases");
+    /* An allocation at the same address later is another one. */
+    CUdeviceptr p2 = ok(NULL, "alloc %zu", 10 * MiB);
+    if (p2 == p) CHECK(strcmp(export_here(p2), hex));
+}
+
+static void packed_allocation_exports_its_chunk(void)
+{
+    start();
+    CUdeviceptr a = ok(NULL, "alloc 1000"), b = ok(NULL, "alloc 1000"), c3 = ok(NULL, "alloc 1000");
+    EXPECT(NULL, "0", "fill %#llx 1000 3", a);
+    EXPECT(NULL, "0", "fill %#llx 1000 4", b);
+    EXPECT(NULL, "0", "fill %#llx 1000 5", c3);
+    const char *hex = export_here(b);
+    struct peer c = spawn();
+    CUdeviceptr q = ok(&c, "open %s", hex);
+    /* The chunk is mapped whole: b keeps its offset in it. */
+    CHECK_EQ((q - b) % (2 * MiB), 0);
+    EXPECT(&c, "ok", "check %#llx 1000 4", q);
+    EXPECT(&c, "0", "fill %#llx 1000 6", q);
+    EXPECT(NULL, "ok", "check %#llx 1000 6", b);
+    EXPECT(NULL, "ok", "check %#llx 1000 3", a);
+    EXPECT(NULL, "ok", "check %#llx 1000 5", c3);
+    /* The exporter frees b while the importer has it: its bytes stay the
+     * importer's, no new allocation lands there. */
+    EXPECT(NULL, "0", "free %#llx", b);
+    for (int i = 0; i < 2100; i++) CHECK(ok(NULL, "alloc 1000") != b);   /* more than the chunk holds */
+    EXPECT(&c, "0", "fill %#llx 1000 7", q);
+    EXPECT(&c, "ok", "check %#llx 1000 7", q);
+    EXPECT(NULL, "ok", "check %#llx 1000 3", a);
+    EXPECT(NULL, "1 1", "leases");
+    EXPECT(&c, "0", "close %#llx", q);
+    wait_leases(NULL, "0 0");
+    CHECK_EQ(finish(&c, "exit"), 0);
+}
+
+static void moved_allocations_export_from_their_device(void)
+{
+    start();
+    CUdeviceptr p = ok(NULL, "alloc %zu", 6 * MiB), r = ok(NULL, "alloc %zu", 4 * MiB);
+    EXPECT(NULL, "0", "fill %#llx %zu 8", p, 6 * MiB);
+    EXPECT(NULL, "0", "fill %#llx %zu 9", r, 4 * MiB);
+    EXPECT(NULL, "0", "migrate %#llx 1", p);
+    EXPECT(NULL, "0", "migrate %#llx -1", p);   /* host */
+    EXPECT(NULL, "-1", "where %#llx", p);
+    EXPECT(NULL, "0", "migrate %#llx 1", r);
+    /* Host memory cannot be exported: it comes home first. Memory on
+     * another device is exported where it is. */
+    char hp[2 * CU_IPC_HANDLE_SIZE + 1], hr[2 * CU_IPC_HANDLE_SIZE + 1];
+    snprintf(hp, sizeof hp, "%s", export_here(p));
+    snprintf(hr, sizeof hr, "%s", export_here(r));
+    EXPECT(NULL, "0", "where %#llx", p);
+    EXPECT(NULL, "1", "where %#llx", r);
+    /* No move while exported: the importer maps these very pieces. */
+    EXPECT(NULL, "-7", "migrate %#llx -1", p);
+    EXPECT(NULL, "-7", "migrate %#llx 0", r);
+    EXPECT(NULL, "0", "where %#llx", p);
+    struct peer c = spawn();
+    CUdeviceptr q = ok(&c, "open %s", hp), s = ok(&c, "open %s", hr);
+    EXPECT(&c, "ok", "check %#llx %zu 8", q, 6 * MiB);
+    EXPECT(&c, "ok", "check %#llx %zu 9", s, 4 * MiB);
+    /* Opened from device 1's context: a mapping of its own. */
+    EXPECT(&c, "0", "dev 1");
+    CUdeviceptr s1 = ok(&c, "open %s", hr);
+    CHECK(s1 != s);
+    EXPECT(&c, "ok", "check %#llx %zu 9", s1, 4 * MiB);
+    EXPECT(&c, "0", "close %#llx", s1);
+    /* Device 0's memory opened from device 1's context: over peer access. */
+    CUdeviceptr q1 = ok(&c, "open %s", hp);
+    CHECK(q1 != q);
+    EXPECT(&c, "ok", "check %#llx %zu 8", q1, 6 * MiB);
+    EXPECT(&c, "0", "fill %#llx %zu 18", q1, 6 * MiB);
+    EXPECT(NULL, "ok", "check %#llx %zu 18", p, 6 * MiB);
+    EXPECT(&c, "0", "close %#llx", q1);
+    /* Without peer access: the driver's refusal, nothing left mapped. */
+    char before[64];
+    snprintf(before, sizeof before, "%s", run(&c, "counts"));
+    ok(&c, "peer 0");
+    char want[16];
+    snprintf(want, sizeof want, "%d", (int)CUDA_ERROR_INVALID_DEVICE);
+    EXPECT(&c, want, "open %s", hp);
+    EXPECT(&c, before, "counts");
+    ok(&c, "peer 1");
+    CHECK_EQ(finish(&c, "exit"), 0);
+}
+
+static void shared_memory_is_not_moved_by_policy_or_api(void)
+{
+    start();
+    CHECK_EQ(API(gvm_tag_push)("kv"), GVM_OK);
+    CUdeviceptr p = ok(NULL, "alloc %zu", 4 * MiB);
+    CHECK_EQ(API(gvm_tag_pop)(), GVM_OK);
+    EXPECT(NULL, "0", "fill %#llx %zu 10", p, 4 * MiB);
+    export_here(p);
+    CHECK_EQ(API(gvm_migrate)((void *)p, GVM_HOST), GVM_ERR_BUSY);
+    CHECK_EQ(API(gvm_realloc)((void *)p, 8 * MiB), GVM_ERR_BUSY);
+    CHECK_EQ(API(gvm_pause)("kv", GVM_PAUSE_KEEP), GVM_ERR_BUSY);
+    gvm_info info;
+    CHECK_EQ(API(gvm_query)((void *)p, &info), GVM_OK);
+    CHECK_EQ(info.location, 0);
+    CHECK(!info.paused);
+    EXPECT(NULL, "ok", "check %#llx %zu 10", p, 4 * MiB);
+    /* Paused memory cannot be exported. */
+    CHECK_EQ(API(gvm_tag_push)("cold"), GVM_OK);
+    CUdeviceptr c = ok(NULL, "alloc %zu", 4 * MiB);
+    CHECK_EQ(API(gvm_tag_pop)(), GVM_OK);
+    CHECK_EQ(API(gvm_pause)("cold", GVM_PAUSE_KEEP), GVM_OK);
+    EXPECT(NULL, "1", "export %#llx", c);
+}
+
+static void exporter_exits_first(void)
+{
+    start();
+    /* With pools and caches on: freed exported memory must not be reused. */
+    struct peer c = spawn_env("GVM_POOL_LIMIT=256M");
+    CUdeviceptr p = ok(&c, "alloc %zu", 6 * MiB);
+    EXPECT(&c, "0", "fill %#llx %zu 11", p, 6 * MiB);
+    char hex[2 * CU_IPC_HANDLE_SIZE + 16];
+    const char *r = run(&c, "export %#llx", p);
+    CHECK(!strncmp(r, "ok ", 3));
+    snprintf(hex, sizeof hex, "%s", r + 3);
+    char before[64];
+    snprintf(before, sizeof before, "%s", run(NULL, "counts"));
+    CUdeviceptr q = ok(NULL, "open %s", hex);
+    /* The exporter frees its allocation and exits: the memory lives on. */
+    EXPECT(&c, "0", "free %#llx", p);
+    for (int i = 0; i < 4; i++) EXPECT(&c, "0", "fill %#llx %zu 15", ok(&c, "alloc %zu", 6 * MiB), 6 * MiB);
+    EXPECT(NULL, "ok", "check %#llx %zu 11", q, 6 * MiB);
+    CHECK_EQ(finish(&c, "exit"), 0);
+    EXPECT(NULL, "ok", "check %#llx %zu 11", q, 6 * MiB);
+    EXPECT(NULL, "0", "fill %#llx %zu 12", q, 6 * MiB);
+    EXPECT(NULL, "ok", "check %#llx %zu 12", q, 6 * MiB);
+    EXPECT(NULL, "0", "close %#llx", q);
+    EXPECT(NULL, before, "counts");
+    /* Nobody serves the handle any more: the error of a stale handle. */
+    EXPECT(NULL, "1", "open %s", hex);
+    EXPECT(NULL, before, "counts");
+}
+
+static void importer_dies_first(void)
+{
+    start();
+    CUdeviceptr warm = ok(NULL, "alloc 1000");
+    char before[64];
+    snprintf(before, sizeof before, "%s", run(NULL, "counts"));
+    CUdeviceptr p = ok(NULL, "alloc %zu", 6 * MiB), s = ok(NULL, "alloc 1000");
+    char hp[2 * CU_IPC_HANDLE_SIZE + 1], hs[2 * CU_IPC_HANDLE_SIZE + 1];
+    snprintf(hp, sizeof hp, "%s", export_here(p));
+    snprintf(hs, sizeof hs, "%s", export_here(s));
+    struct peer c = spawn();
+    ok(&c, "open %s", hp);
+    ok(&c, "open %s", hs);
+    EXPECT(NULL, "2 2", "leases");
+    CHECK_EQ(finish(&c, "die"), 3);
+    wait_leases(NULL, "2 0");
+    EXPECT(NULL, "0", "free %#llx", p);
+    EXPECT(NULL, "0", "free %#llx", s);
+    EXPECT(NULL, "0 0", "leases");
+    /* Nothing of the exports is left in the exporter. */
+    EXPECT(NULL, before, "counts");
+    EXPECT(NULL, "0", "free %#llx", warm);
+}
+
+static void forged_and_foreign_handles(void)
+{
+    start();
+    CUdeviceptr p = ok(NULL, "alloc %zu", 4 * MiB);
+    uint8_t b[CU_IPC_HANDLE_SIZE];
+    CHECK_EQ(from_hex(export_here(p), b, sizeof b), 0);
+    struct gvm_ipc_handle h;
+    CHECK_EQ(gvm_ipc_decode(b, sizeof b, &h), GVM_IPC_OK);
+    struct peer c = spawn();
+    char hex[2 * CU_IPC_HANDLE_SIZE + 1], before[64];
+    snprintf(before, sizeof before, "%s", run(&c, "counts"));
+    /* A corrupted handle (bad checksum). */
+    b[20] ^= 1;
+    to_hex(b, sizeof b, hex);
+    EXPECT(&c, "1", "open %s", hex);
+    /* Well formed, but an allocation the exporter never exported, or an
+     * exporter that does not exist. */
+    struct gvm_ipc_handle forged = h;
+    forged.id[3] ^= 0x40;
+    gvm_ipc_encode(&forged, b);
+    to_hex(b, sizeof b, hex);
+    EXPECT(&c, "1", "open %s", hex);
+    forged = h;
+    forged.endpoint ^= 0x5a5a;
+    gvm_ipc_encode(&forged, b);
+    to_hex(b, sizeof b, hex);
+    EXPECT(&c, "1", "open %s", hex);
+    /* Lies about the allocation's shape. */
+    forged = h;
+    forged.extent *= 2;
+    gvm_ipc_encode(&forged, b);
+    to_hex(b, sizeof b, hex);
+    EXPECT(&c, "1", "open %s", hex);
+    EXPECT(&c, "0", "calls cuIpcOpenMemHandle_v2");
+    EXPECT(&c, before, "counts");
+    /* Not gvmshim's: the driver's own answer. */
+    memset(b, 0, sizeof b);
+    to_hex(b, sizeof b, hex);
+    EXPECT(&c, "1", "open %s", hex);
+    EXPECT(&c, "1", "calls cuIpcOpenMemHandle_v2");
+    EXPECT(&c, "1", "close 0x1000");
+    EXPECT(&c, "1", "calls cuIpcCloseMemHandle");
+    wait_leases(NULL, "1 0");
+    CHECK_EQ(finish(&c, "exit"), 0);
+    /* Memory the driver serves is exported by the driver. */
+    CUdeviceptr n = 0;
+    CHECK_EQ(D(cuMemAllocAsync, &n, MiB, NULL), CUDA_SUCCESS);
+    const char *r = run(NULL, "export %#llx", (unsigned long long)n);
+    CHECK(!strncmp(r, "ok 53494d495043", 15));   /* "SIMIPC" */
+    EXPECT(NULL, "1", "calls cuIpcGetMemHandle");
+    export_here(p);
+    EXPECT(NULL, "1", "calls cuIpcGetMemHandle");
+}
+
+static void every_abi_reaches_the_hooks(void)
+{
+    start();
+    CHECK(!strcmp(object_of(resolve("cuIpcGetMemHandle", 4010)), "shim"));
+    CHECK(!strcmp(symbol_of(resolve("cuIpcOpenMemHandle", 11000)), "cuIpcOpenMemHandle_v2"));
+    CHECK(!strcmp(object_of(resolve("cuIpcOpenMemHandle", 11000)), "shim"));
+    CHECK(!strcmp(symbol_of(resolve("cuIpcOpenMemHandle", 4010)), "cuIpcOpenMemHandle"));
+    CHECK(!strcmp(object_of(resolve("cuIpcOpenMemHandle", 4010)), "shim"));
+    CHECK(!strcmp(object_of(resolve("cuIpcCloseMemHandle", 4010)), "shim"));
+    CHECK(!strcmp(object_of(dlsym(lib, "cuIpcOpenMemHandle_v2")), "shim"));
+    /* Event IPC is the driver's. */
+    CHECK(!strcmp(object_of(resolve("cuIpcGetEventHandle", 4010)), "sim"));
+    CHECK(!strcmp(object_of(resolve("cuIpcOpenEventHandle", 4010)), "sim"));
+    /* The legacy symbol opens gvmshim handles too. */
+    CUdeviceptr p = ok(NULL, "alloc %zu", 2 * MiB);
+    EXPECT(NULL, "0", "fill %#llx %zu 13", p, 2 * MiB);
+    const char *hex = export_here(p);
+    CUipcMemHandle h;
+    CHECK_EQ(from_hex(hex, (uint8_t *)h.reserved, sizeof h.reserved), 0);
+    /* Opening one's own handle works (it maps the same pieces again). */
+    CUdeviceptr q = 0;
+    CHECK_EQ(((__typeof__(cuIpcOpenMemHandle_v2) *)resolve("cuIpcOpenMemHandle", 4010))(&q, h, 0), CUDA_SUCCESS);
+    CHECK(q != p);
+    EXPECT(NULL, "ok", "check %#llx %zu 13", q, 2 * MiB);
+    CHECK_EQ(D(cuIpcCloseMemHandle, q), CUDA_SUCCESS);
+    /* Flags other than lazy peer access are refused, as natively. */
+    CHECK_EQ(((__typeof__(cuIpcOpenMemHandle_v2) *)resolve("cuIpcOpenMemHandle", 11000))(&q, h, 2),
+             CUDA_ERROR_INVALID_VALUE);
+}
+
+static void failed_import_leaves_nothing_mapped(void)
+{
+    start();
+    /* 14 MiB: pieces of 8, 4 and 2 MiB, so a failure can come midway. */
+    CUdeviceptr p = ok(NULL, "alloc %zu", 14 * MiB);
+    EXPECT(NULL, "0", "fill %#llx %zu 14", p, 14 * MiB);
+    char hex[2 * CU_IPC_HANDLE_SIZE + 1];
+    snprintf(hex, sizeof hex, "%s", export_here(p));
+    struct peer c = spawn();
+    char before[64];
+    snprintf(before, sizeof before, "%s", run(&c, "counts"));
+    const char *calls[][2] = {{"cuMemAddressReserve", "1"}, {"cuMemImportFromShareableHandle", "1"},
+                              {"cuMemImportFromShareableHandle", "3"}, {"cuMemMap", "2"},
+                              {"cuMemSetAccess", "1"}, {"cuMemSetAccess", "3"}};
+    for (size_t i = 0; i < sizeof calls / sizeof *calls; i++) {
+        ok(&c, "fail %s %s", calls[i][0], calls[i][1]);
+        EXPECT(&c, "2", "open %s", hex);   /* the driver's error, CUDA_ERROR_OUT_OF_MEMORY */
+        EXPECT(&c, before, "counts");
+        ok(&c, "fail %s 0", calls[i][0]);
+    }
+    wait_leases(NULL, "1 0");
+    CUdeviceptr q = ok(&c, "open %s", hex);
+    EXPECT(&c, "ok", "check %#llx %zu 14", q, 14 * MiB);
+    EXPECT(&c, "0", "close %#llx", q);
+    EXPECT(&c, before, "counts");
+    CHECK_EQ(finish(&c, "exit"), 0);
+}
+
+static void failed_export_changes_nothing(void)
+{
+    start();
+    CUdeviceptr p = ok(NULL, "alloc %zu", 14 * MiB), s = ok(NULL, "alloc 1000");
+    EXPECT(NULL, "0", "fill %#llx %zu 16", p, 14 * MiB);
+    char before[64];
+    snprintf(before, sizeof before, "%s", run(NULL, "counts"));
+    ok(NULL, "fail cuMemExportToShareableHandle 2");
+    EXPECT(NULL, "2", "export %#llx", p);
+    ok(NULL, "fail cuMemExportToShareableHandle 1");
+    EXPECT(NULL, "2", "export %#llx", s);
+    EXPECT(NULL, "0 0", "leases");
+    EXPECT(NULL, before, "counts");
+    /* Not pinned: it still moves, and a later export works. */
+    EXPECT(NULL, "0", "migrate %#llx -1", p);
+    EXPECT(NULL, "0", "migrate %#llx 0", p);
+    export_here(p);
+    EXPECT(NULL, "ok", "check %#llx %zu 16", p, 14 * MiB);
+    /* The small one was not held: its free makes it reusable. */
+    EXPECT(NULL, "0", "free %#llx", s);
+    EXPECT(NULL, "1 0", "leases");
+}
+
+/* Importer threads open and close a handle while the exporter exports and
+ * frees other allocations: the server, the registry and the leases under
+ * concurrency (run it under TSan). */
+static void concurrent_opens_and_frees(void)
+{
+    start();
+    CUdeviceptr p = ok(NULL, "alloc %zu", 4 * MiB);
+    EXPECT(NULL, "0", "fill %#llx %zu 17", p, (size_t)65536);
+    const char *hex = export_here(p);
+    struct peer c = spawn();
+    fprintf(c.to, "hammer %s 40 17\n", hex);
+    fflush(c.to);
+    for (int i = 0; i < 40; i++) {
+        CUdeviceptr big = ok(NULL, "alloc %zu", 2 * MiB), small = ok(NULL, "alloc 4000");
+        export_here(big);
+        export_here(small);
+        EXPECT(NULL, "0", "free %#llx", big);
+        EXPECT(NULL, "0", "free %#llx", small);
+    }
+    alarm(60);
+    CHECK(fgets(reply, sizeof reply, c.from));
+    alarm(0);
+    CHECK(!strcmp(reply, "ok\n"));
+    CHECK_EQ(finish(&c, "exit"), 0);
+    wait_leases(NULL, "1 0");
+}
+
+/* The exporter is killed (no clean-up, its socket file stays) while a
+ * child it forked lives on: the child must not hold the socket, or an
+ * importer would wait forever on a backlog nobody accepts. */
+static void killed_exporter_with_forked_child(void)
+{
+    start();
+    struct peer c = spawn();
+    CUdeviceptr p = ok(&c, "alloc %zu", 2 * MiB);
+    char hex[2 * CU_IPC_HANDLE_SIZE + 16];
+    const char *r = run(&c, "export %#llx", p);
+    CHECK(!strncmp(r, "ok ", 3));
+    snprintf(hex, sizeof hex, "%s", r + 3);
+    pid_t child = (pid_t)ok(&c, "forkhold");
+    kill(c.pid, SIGKILL);
+    int status;
+    CHECK_EQ(waitpid(c.pid, &status, 0), c.pid);
+    alarm(20);
+    EXPECT(NULL, "1", "open %s", hex);
+    alarm(0);
+    kill(child, SIGKILL);
+    fclose(c.to);
+    fclose(c.from);
+}
+
+static const struct test_case cases[] = {
+    TEST_ENTRY(large_allocation_shared_both_ways)
+    TEST_ENTRY(packed_allocation_exports_its_chunk)
+    TEST_ENTRY(moved_allocations_export_from_their_device)
+    TEST_ENTRY(shared_memory_is_not_moved_by_policy_or_api)
+    TEST_ENTRY(exporter_exits_first)
+    TEST_ENTRY(importer_dies_first)
+    TEST_ENTRY(forged_and_foreign_handles)
+    TEST_ENTRY(every_abi_reaches_the_hooks)
+    TEST_ENTRY(failed_import_leaves_nothing_mapped)
+    TEST_ENTRY(failed_export_changes_nothing)
+    TEST_ENTRY(concurrent_opens_and_frees)
+    TEST_ENTRY(killed_exporter_with_forked_child)
+};
+
+int main(int argc, char **argv)
+{
+    if (argc == 2 && !strcmp(argv[1], "--peer")) return peer_main();
+    return run_cases(cases, sizeof cases / sizeof *cases, argc, argv);
+}
