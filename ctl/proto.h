@@ -22,6 +22,15 @@
 enum gvm_ctl_type {
     GVM_CTL_PING = 1,      /* -> pid (u32), uid (u32), endpoint (u64): who serves this socket */
     GVM_CTL_IPC_OPEN = 2,  /* CUDA IPC: the pieces of an exported allocation (preload/ipc_export.c) */
+    /* gvmctl (preload/control.c). Each reply is one or more messages of the
+     * request's type: byte 0 is 1 while more follow, bytes 1-4 a status
+     * (0, a negative gvm_status or -errno), then text. */
+    GVM_CTL_INFO = 3,      /* -> "key value" lines: where the process's bytes are */
+    GVM_CTL_STATS = 4,     /* u8 json -> the GVM_STATS summary, live */
+    GVM_CTL_SET = 5,       /* "key=value" lines -> applied live, or why not */
+    GVM_CTL_PAUSE = 6,     /* u32 flags, tag (may be empty: every tag) -> done once released */
+    GVM_CTL_RESUME = 7,    /* u32 0, tag -> done once back */
+    GVM_CTL_MIGRATE = 8,   /* i32 location, u8 all, tag -> done once moved */
     GVM_CTL_TYPES = 32     /* types are 1 .. GVM_CTL_TYPES-1 */
 };
 
@@ -31,6 +40,8 @@ struct gvm_ctl_msg {
     uint32_t len;              /* payload bytes */
     const uint8_t *payload;    /* into the parsed buffer */
 };
+
+#define GVM_CTL_REPLY_HDR 5   /* more flag + status of a gvmctl reply */
 
 /* Parses one received message. Returns 0, or -1 when it is malformed: too
  * short or long, another version, an unknown type, a length that does not

@@ -99,6 +99,12 @@ int gvm_ctl_reply(struct gvm_ctl_conn *c, uint8_t type, const void *payload, siz
 
 void gvm_ctl_hangup(struct gvm_ctl_conn *c) { c->hangup = true; }
 
+int gvm_ctl_dup(struct gvm_ctl_conn *c)
+{
+    int fd = fcntl(c->fd, F_DUPFD_CLOEXEC, 0);
+    return fd < 0 ? -errno : fd;
+}
+
 bool gvm_ctl_lease(struct gvm_ctl_conn *c, void (*fn)(void *), void *arg)
 {
     if (c->lease) return false;

@@ -51,6 +51,10 @@ uint64_t gvm_ctl_endpoint(void);
 int gvm_ctl_reply(struct gvm_ctl_conn *c, uint8_t type, const void *payload, size_t len, const int *fds,
                   int nfds);
 
+/* From a handler: a duplicate of c's descriptor (close-on-exec), so that a
+ * deferred job can answer after the handler returned; -errno on failure. */
+int gvm_ctl_dup(struct gvm_ctl_conn *c);
+
 /* From a handler: closes c once the handler returns. */
 void gvm_ctl_hangup(struct gvm_ctl_conn *c);
 

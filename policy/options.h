@@ -70,6 +70,10 @@
     X(track_launches, track_launches, "auto",                                  \
       "scan kernel launch arguments for recency (auto: only when spill is "    \
       "on)")                                                                   \
+    X(control, bool, "1",                                                      \
+      "serve gvmctl: a control socket per process, in a private runtime "      \
+      "directory ($XDG_RUNTIME_DIR/gvmshim or /tmp/gvmshim-UID), same user "   \
+      "only")                                                                  \
     X(trace, string, "",                                                       \
       "a path (%p: the process id) to write a timeline of moves and memory "   \
       "per location to, in the Chrome trace-event format (Perfetto); empty: "  \

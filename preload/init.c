@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "core/topo.h"
 #include "core/trace.h"
+#include "preload/control.h"
 #include "policy/config.h"
 #include "policy/place.h"
 #include "policy/settings.h"
@@ -126,6 +127,7 @@ static void start_core(void)
     __atomic_store_n(&core_state, 1, __ATOMIC_RELEASE);
     gvm_info("serving allocations on %d device(s)", gvm_topo.ndev);
     start_trace();
+    if (gvm_cfg.control) gvm_control_start();
 }
 
 bool gvm_shim_serving(void)

@@ -1,0 +1,108 @@
+"""gvmctl as a user meets it, against a program running under the shim
+with the simulated driver:
+
+    check_gvmctl.py GVMCTL SHIM SIM_DIR TARGET
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+gvmctl, shim, simdir, target = sys.argv[1:5]
+runtime = tempfile.mkdtemp(prefix="gvmctl-")
+env = {k: v for k, v in os.environ.items() if not k.startswith("GVM_")}
+env.update(XDG_RUNTIME_DIR=runtime, SIMCUDA_DEVICES="2", SIMCUDA_MEM="256M", SIMCUDA_HOST_MEM="1G",
+           GVM_POOL_LIMIT="0", GVM_CACHE_LIMIT="0")
+failures = []
+
+
+def check(cond, what):
+    if not cond:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def ctl(*args, expect=0):
+    p = subprocess.run([gvmctl] + [str(a) for a in args], env=env, capture_output=True, text=True, timeout=60)
+    check(p.returncode == expect, "gvmctl %s: exit %d (wanted %d): %s%s" %
+          (" ".join(map(str, args)), p.returncode, expect, p.stdout[-300:], p.stderr[-300:]))
+    return p
+
+
+proc = subprocess.Popen([target], env=dict(env, LD_PRELOAD=shim, LD_LIBRARY_PATH=simdir), stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE, text=True)
+
+
+def ask(cmd):
+    proc.stdin.write(cmd + "\n")
+    proc.stdin.flush()
+    return proc.stdout.readline().strip()
+
+
+try:
+    check(proc.stdout.readline().strip() == "ready", "the target started")
+    pid = proc.pid
+
+    # list, text and JSON.
+    out = ctl("list").stdout
+    check(str(pid) in out and "ctl-target" in out and "dev0" in out, "list shows the process: %s" % out)
+    procs = json.loads(ctl("list", "--json").stdout)
+    me = [p for p in procs if p["pid"] == pid]
+    check(len(me) == 1, "list --json has the process once: %s" % procs)
+    dev0 = me[0]["devices"][0] if me else {}
+    check(dev0.get("home", 0) >= 48 << 20, "both allocations at home on dev0: %s" % dev0)
+    held_before = dev0.get("held", 0)
+
+    # stats, live.
+    stats = json.loads(ctl("stats", pid, "--json").stdout)
+    check(stats["allocations_total"] == 2, "live stats: %s allocations" % stats.get("allocations_total"))
+    check("allocations_total" in ctl("stats", pid).stdout, "text stats")
+
+    # pause keeps the data on host and releases the device memory; resume brings it back.
+    check("paused" in ctl("pause", pid, "weights").stdout, "pause says so")
+    check(ask("where") == "-1", "the paused tag lives on the host")
+    dev0 = [p for p in json.loads(ctl("list", "--json").stdout) if p["pid"] == pid][0]["devices"][0]
+    check(dev0["held"] <= held_before - (24 << 20) and dev0["on_host"] >= 24 << 20,
+          "device memory released by pause: held %d -> %d" % (held_before, dev0["held"]))
+    check(ask("check") == "ok", "data readable while paused")
+    ctl("resume", pid, "weights")
+    check(ask("where") == "0", "resumed home")
+    check(ask("check") == "ok", "data intact after pause and resume")
+    ctl("pause", pid, "weights", "--discard")
+    ctl("resume", pid)
+    check(ask("check") == "zero", "discarded memory comes back zeroed")
+
+    # top, bounded.
+    out = ctl("top", "--count", "2", "--interval", "0.2").stdout
+    check(out.count(str(pid)) == 2, "top shows the process each round")
+
+    # Refusals: one clear line, non-zero exit.
+    err = ctl("stats", 999999999, expect=1).stderr
+    check("not a process id" in err or "no process" in err, "unknown pid: %s" % err)
+    err = ctl("stats", 4194000, expect=1).stderr
+    check(err.startswith("gvmctl: no process"), "absent pid: %s" % err)
+    err = ctl("stats", os.getpid(), expect=1).stderr
+    check("not running under gvmshim" in err, "a process not under the shim: %s" % err)
+    if os.geteuid() == 0 and shutil.which("setpriv"):
+        other = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "30"])
+        try:
+            import time
+            time.sleep(0.3)
+            err = ctl("stats", other.pid, expect=1).stderr
+            check("belongs to another user" in err, "another user's process: %s" % err)
+        finally:
+            other.kill()
+            other.wait()
+    ctl("frobnicate", expect=2)
+    ctl("pause", expect=2)
+    check("SYNOPSIS" in ctl("--help").stdout, "gvmctl --help is a manual")
+finally:
+    proc.stdin.close()
+    proc.wait(timeout=60)
+    shutil.rmtree(runtime, ignore_errors=True)
+
+check(proc.returncode == 0, "the target exited cleanly (%s)" % proc.returncode)
+print("%d passed, %d failed" % (0 if failures else 1, 1 if failures else 0))
+sys.exit(1 if failures else 0)

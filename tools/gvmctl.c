@@ -1,0 +1,431 @@
+/* gvmctl: see and steer the processes of this user that run under gvmshim,
+ * through each one's control socket (ctl/server.h). `gvmctl --help` is the
+ * manual. Every error is one line on stderr and a non-zero exit. */
+#define _GNU_SOURCE
+#include "ctl/server.h"
+#include "policy/config.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_DEV 64
+
+static const char *const manual =
+    "NAME\n"
+    "    gvmctl - see and steer running programs' GPU memory under gvmshim\n"
+    "\n"
+    "SYNOPSIS\n"
+    "    gvmctl list [--json]\n"
+    "    gvmctl stats PID [--json]\n"
+    "    gvmctl pause PID [TAG] [--discard]\n"
+    "    gvmctl resume PID [TAG]\n"
+    "    gvmctl top [--interval SECONDS] [--count N]\n"
+    "    gvmctl --help\n"
+    "\n"
+    "DESCRIPTION\n"
+    "    Talks to every process of this user that runs under gvmshim, through\n"
+    "    the control socket each one serves (GVM_CONTROL=1, the default) in a\n"
+    "    private runtime directory ($XDG_RUNTIME_DIR/gvmshim, else\n"
+    "    /tmp/gvmshim-UID, mode 0700). A process appears once it has started\n"
+    "    CUDA and made its first allocation.\n"
+    "\n"
+    "COMMANDS\n"
+    "    list      one line per process: pid, command line, and per device the\n"
+    "              bytes gvmshim holds there / its limit, and how many of the\n"
+    "              bytes allocated on it are at home, on a peer, on the host\n"
+    "    stats     the process's full statistics (the fields of GVM_STATS), live\n"
+    "    pause     gvm_pause from outside: moves TAG's memory (every tagged\n"
+    "              allocation without TAG) to host memory, or with --discard\n"
+    "              releases it without a copy; returns once the device memory\n"
+    "              is released. Pointers stay valid.\n"
+    "    resume    gvm_resume from outside; returns once the memory is back\n"
+    "    top       list, refreshed every --interval seconds (1), with the rate\n"
+    "              at which each process moves memory; --count N stops after N\n"
+    "\n"
+    "OPTIONS\n"
+    "    --json    machine-readable output\n"
+    "\n"
+    "EXIT STATUS\n"
+    "    0 on success; 1 when the process cannot be reached or refuses (no such\n"
+    "    process, not under gvmshim, another user's process, a failed\n"
+    "    operation); 2 on a usage error.\n";
+
+static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int fail(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("gvmctl: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return 1;
+}
+
+static int usage(void)
+{
+    fputs("usage: gvmctl list [--json] | stats PID [--json] | pause PID [TAG] [--discard] |\n"
+          "              resume PID [TAG] | top [--interval S] [--count N] | --help\n",
+          stderr);
+    return 2;
+}
+
+/* ---- finding processes ------------------------------------------------ */
+
+struct proc {
+    int pid;
+    uint64_t endpoint;
+};
+
+/* Every live endpoint in the runtime directory, with its pid (PING). */
+static int find_all(struct proc *out, int max)
+{
+    char dir[256];
+    if (gvm_ctl_dir(dir, sizeof dir, false)) return 0;
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int n = 0;
+    for (struct dirent *e; n < max && (e = readdir(d));) {
+        unsigned long long ep;
+        char tail[8];
+        if (sscanf(e->d_name, "%16llx%7s", &ep, tail) != 2 || strcmp(tail, ".sock")) continue;
+        int fd = gvm_ctl_connect(ep);
+        if (fd < 0) continue;   /* a process that died without cleaning up */
+        uint8_t buf[GVM_CTL_MSG_MAX];
+        struct gvm_ctl_msg m;
+        ssize_t r = gvm_ctl_send(fd, GVM_CTL_PING, NULL, 0, NULL, 0, 0) ? -1
+                                                                          : gvm_ctl_recv(fd, buf, sizeof buf, NULL, NULL, 0);
+        if (r > 0 && !gvm_ctl_parse(buf, (size_t)r, &m) && m.type == GVM_CTL_PING && m.len >= 16)
+            out[n++] = (struct proc){(int)gvm_get_u32(m.payload), ep};
+        close(fd);
+    }
+    closedir(d);
+    return n;
+}
+
+/* The uid owning /proc/PID, or -1 when there is no such process. */
+static long proc_uid(int pid)
+{
+    char path[64], line[256];
+    snprintf(path, sizeof path, "/proc/%d/status", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    long uid = -1, real;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "Uid: %ld %ld", &real, &uid) == 2) break;
+    fclose(f);
+    return uid;
+}
+
+static int find_pid(int pid, uint64_t *endpoint)
+{
+    struct proc all[1024];
+    int n = find_all(all, 1024);
+    for (int i = 0; i < n; i++)
+        if (all[i].pid == pid) {
+            *endpoint = all[i].endpoint;
+            return 0;
+        }
+    long uid = proc_uid(pid);
+    if (uid < 0) return fail("no process %d", pid);
+    if (uid != (long)geteuid()) return fail("process %d belongs to another user", pid);
+    return fail("process %d is not running under gvmshim (or has made no allocation yet, or runs with "
+                "GVM_CONTROL=0)",
+                pid);
+}
+
+static int parse_pid(const char *s, int *pid)
+{
+    char *end;
+    long v = strtol(s, &end, 10);
+    if (!*s || *end || v <= 0 || v > 1 << 30) return fail("not a process id: '%s'", s);
+    *pid = (int)v;
+    return 0;
+}
+
+/* ---- one request ------------------------------------------------------- */
+
+/* Sends a request and collects the whole reply text (malloc'd, NUL-ended)
+ * and its status. Returns 0, or 1 after saying why. */
+static int request(uint64_t endpoint, int pid, uint8_t type, const void *p, size_t n, char **text, int *status)
+{
+    int fd = gvm_ctl_connect(endpoint);
+    if (fd < 0) return fail("cannot reach process %d: %s", pid, strerror(-fd));
+    size_t len = 0, cap = 4096;
+    char *out = malloc(cap);
+    int rc = out ? gvm_ctl_send(fd, type, p, n, NULL, 0, 0) : -ENOMEM;
+    for (bool more = true; !rc && more;) {
+        uint8_t buf[GVM_CTL_MSG_MAX];
+        struct gvm_ctl_msg m;
+        /* Pausing many gigabytes takes a while: wait as long as it takes. */
+        ssize_t r;
+        do r = gvm_ctl_recv(fd, buf, sizeof buf, NULL, NULL, 0);
+        while (r == -EAGAIN && type != GVM_CTL_INFO && type != GVM_CTL_STATS);
+        if (r <= 0) {
+            rc = r ? (int)r : -ECONNRESET;
+            break;
+        }
+        if (gvm_ctl_parse(buf, (size_t)r, &m) || m.type != type || m.len < GVM_CTL_REPLY_HDR) {
+            rc = -EPROTO;
+            break;
+        }
+        more = m.payload[0];
+        *status = (int)gvm_get_u32(m.payload + 1);
+        size_t k = m.len - GVM_CTL_REPLY_HDR;
+        if (len + k + 1 > cap) {
+            while (len + k + 1 > cap) cap *= 2;
+            char *nt = realloc(out, cap);
+            if (!nt) {
+                rc = -ENOMEM;
+                break;
+            }
+            out = nt;
+        }
+        memcpy(out + len, m.payload + GVM_CTL_REPLY_HDR, k);
+        len += k;
+    }
+    close(fd);
+    if (rc) {
+        free(out);
+        return fail("process %d: %s", pid, rc == -ECONNRESET ? "it closed the connection (did it exit?)"
+                                                               : strerror(-rc));
+    }
+    out[len] = 0;
+    *text = out;
+    return 0;
+}
+
+/* ---- list and top ------------------------------------------------------ */
+
+struct dev_info {
+    int ordinal;
+    unsigned long long held, limit, home, peer, host;
+};
+
+struct info {
+    int pid, ndev;
+    unsigned long long moved, host_held;
+    struct dev_info dev[MAX_DEV];
+    char cmd[256];
+};
+
+static void read_cmdline(int pid, char *out, size_t cap)
+{
+    char path[64];
+    snprintf(path, sizeof path, "/proc/%d/cmdline", pid);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(out, 1, cap - 1, f) : 0;
+    if (f) fclose(f);
+    for (size_t i = 0; i + 1 < n; i++)
+        if (!out[i]) out[i] = ' ';
+    out[n] = 0;
+    if (!n) snprintf(out, cap, "?");
+}
+
+static int get_info(const struct proc *p, struct info *in)
+{
+    char *text;
+    int status = 0;
+    if (request(p->endpoint, p->pid, GVM_CTL_INFO, NULL, 0, &text, &status)) return 1;
+    memset(in, 0, sizeof *in);
+    in->pid = p->pid;
+    for (char *line = strtok(text, "\n"); line; line = strtok(NULL, "\n")) {
+        struct dev_info d;
+        if (sscanf(line, "device %d held %llu limit %llu home %llu peer %llu host %llu", &d.ordinal, &d.held,
+                   &d.limit, &d.home, &d.peer, &d.host) == 6 && in->ndev < MAX_DEV)
+            in->dev[in->ndev++] = d;
+        else if (sscanf(line, "moved %llu", &in->moved) == 1 || sscanf(line, "host held %llu", &in->host_held) == 1)
+            continue;
+    }
+    free(text);
+    read_cmdline(p->pid, in->cmd, sizeof in->cmd);
+    return status ? fail("process %d: %s", p->pid, "could not describe itself") : 0;
+}
+
+static void human(unsigned long long b, char *out, size_t cap)
+{
+    static const char *const units[] = {"B", "K", "M", "G", "T"};
+    double v = (double)b;
+    int u = 0;
+    while (v >= 1024 && u < 4) v /= 1024, u++;
+    if (b == (unsigned long long)SIZE_MAX) snprintf(out, cap, "none");
+    else snprintf(out, cap, u ? "%.1f%s" : "%.0f%s", v, units[u]);
+}
+
+static void print_info(const struct info *in, double rate)
+{
+    printf("%-8d %-32.32s", in->pid, in->cmd);
+    for (int i = 0; i < in->ndev; i++) {
+        const struct dev_info *d = &in->dev[i];
+        char held[16], lim[16], peer[16], host[16];
+        human(d->held, held, sizeof held);
+        human(d->limit, lim, sizeof lim);
+        human(d->peer, peer, sizeof peer);
+        human(d->host, host, sizeof host);
+        printf("  dev%d %s/%s peer %s host %s", d->ordinal, held, lim, peer, host);
+    }
+    if (rate >= 0) printf("  moving %.2f GB/s", rate / 1e9);
+    printf("\n");
+}
+
+static void json_string(const char *s)
+{
+    putchar('"');
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') printf("\\%c", *s);
+        else if ((unsigned char)*s < 0x20) printf("\\u%04x", *s);
+        else putchar(*s);
+    }
+    putchar('"');
+}
+
+static void print_info_json(const struct info *in, bool first)
+{
+    printf("%s{\"pid\": %d, \"command\": ", first ? "" : ",\n ", in->pid);
+    json_string(in->cmd);
+    printf(", \"bytes_moved\": %llu, \"host_held\": %llu, \"devices\": [", in->moved, in->host_held);
+    for (int i = 0; i < in->ndev; i++) {
+        const struct dev_info *d = &in->dev[i];
+        printf("%s{\"device\": %d, \"held\": %llu, \"limit\": %llu, \"home\": %llu, \"on_peer\": %llu, "
+               "\"on_host\": %llu}",
+               i ? ", " : "", d->ordinal, d->held, d->limit, d->home, d->peer, d->host);
+    }
+    printf("]}");
+}
+
+static int cmd_list(int argc, char **argv)
+{
+    bool json = argc == 1 && !strcmp(argv[0], "--json");
+    if (argc && !json) return usage();
+    struct proc all[1024];
+    int n = find_all(all, 1024), bad = 0;
+    if (json) printf("[");
+    else if (n) printf("%-8s %-32s  per device: held/limit, allocated there but on a peer, on the host\n", "PID",
+                       "COMMAND");
+    for (int i = 0, shown = 0; i < n; i++) {
+        struct info in;
+        if (get_info(&all[i], &in)) {
+            bad = 1;
+            continue;
+        }
+        if (json) print_info_json(&in, !shown);
+        else print_info(&in, -1);
+        shown++;
+    }
+    if (json) printf("]\n");
+    return bad;
+}
+
+static int cmd_top(int argc, char **argv)
+{
+    double interval = 1;
+    long count = -1;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--interval") && i + 1 < argc) interval = atof(argv[++i]);
+        else if (!strcmp(argv[i], "--count") && i + 1 < argc) count = atol(argv[++i]);
+        else return usage();
+    }
+    if (!(interval > 0)) return fail("--interval must be more than 0");
+    static struct {
+        int pid;
+        unsigned long long moved;
+    } last[1024];
+    int nlast = 0;
+    for (long round = 0; count < 0 || round < count; round++) {
+        if (round) {
+            struct timespec ts = {(time_t)interval, (long)((interval - (double)(time_t)interval) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
+        if (isatty(STDOUT_FILENO)) printf("\033[H\033[2J");
+        time_t now = time(NULL);
+        printf("gvmctl top - %s", ctime(&now));
+        printf("%-8s %-32s  per device: held/limit, allocated there but on a peer, on the host\n", "PID", "COMMAND");
+        struct proc all[1024];
+        int n = find_all(all, 1024), nnew = 0;
+        static struct {
+            int pid;
+            unsigned long long moved;
+        } cur[1024];
+        for (int i = 0; i < n; i++) {
+            struct info in;
+            if (get_info(&all[i], &in)) continue;
+            double rate = -1;
+            for (int j = 0; j < nlast; j++)
+                if (last[j].pid == in.pid) rate = (double)(in.moved - last[j].moved) / interval;
+            print_info(&in, rate);
+            cur[nnew].pid = in.pid;
+            cur[nnew++].moved = in.moved;
+        }
+        memcpy(last, cur, sizeof cur);
+        nlast = nnew;
+        fflush(stdout);
+    }
+    return 0;
+}
+
+/* ---- commands on one process ------------------------------------------- */
+
+static int one(const char *pid_text, uint8_t type, const void *p, size_t n, bool print)
+{
+    int pid = 0;
+    uint64_t ep = 0;
+    char *text = NULL;
+    int status = 0;
+    if (parse_pid(pid_text, &pid) || find_pid(pid, &ep) || request(ep, pid, type, p, n, &text, &status)) return 1;
+    int rc = status ? fail("process %d: %s", pid, text) : 0;
+    if (!status && print) fputs(text, stdout);
+    free(text);
+    return rc;
+}
+
+static int cmd_stats(int argc, char **argv)
+{
+    bool json = argc == 2 && !strcmp(argv[1], "--json");
+    if (argc < 1 || (argc == 2 && !json) || argc > 2) return usage();
+    uint8_t j = json;
+    return one(argv[0], GVM_CTL_STATS, &j, 1, true);
+}
+
+static int cmd_pause_resume(int argc, char **argv, bool pause)
+{
+    const char *tag = "";
+    bool discard = false;
+    if (argc < 1) return usage();
+    for (int i = 1; i < argc; i++) {
+        if (pause && !strcmp(argv[i], "--discard")) discard = true;
+        else if (argv[i][0] != '-' && !tag[0]) tag = argv[i];
+        else return usage();
+    }
+    uint8_t p[GVM_CTL_MSG_MAX];
+    size_t tl = strlen(tag);
+    if (tl > 200) return fail("tag too long: '%.20s...'", tag);
+    gvm_put_u32(p, discard ? 1u : 0u);
+    memcpy(p + 4, tag, tl);
+    int rc = one(argv[0], pause ? GVM_CTL_PAUSE : GVM_CTL_RESUME, p, 4 + tl, false);
+    if (!rc) printf("%s %s%s%s\n", pause ? "paused" : "resumed", tag[0] ? "tag " : "every tag", tag,
+                    discard ? " (discarded)" : "");
+    return rc;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) return usage();
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
+        fputs(manual, stdout);
+        return 0;
+    }
+    if (!strcmp(cmd, "list")) return cmd_list(argc - 2, argv + 2);
+    if (!strcmp(cmd, "top")) return cmd_top(argc - 2, argv + 2);
+    if (!strcmp(cmd, "stats")) return cmd_stats(argc - 2, argv + 2);
+    if (!strcmp(cmd, "pause")) return cmd_pause_resume(argc - 2, argv + 2, true);
+    if (!strcmp(cmd, "resume")) return cmd_pause_resume(argc - 2, argv + 2, false);
+    fail("unknown command '%s'", cmd);
+    return usage();
+}
