@@ -24,6 +24,7 @@ find "$tmp" -path '*/include/gvmshim.h' | grep -q . || fail "gvmshim.h not insta
 # The manuals.
 "$gvmrun" --help | grep -q '^SYNOPSIS' || fail "gvmrun --help is not a manual"
 "$bindir/gvm-config" --help | grep -q '^SYNOPSIS' || fail "gvm-config --help is not a manual"
+"$bindir/gvmctl" --help | grep -q '^SYNOPSIS' || fail "gvmctl is not installed with a manual"
 "$bindir/gvmplot" --help | grep -q '^SYNOPSIS' || fail "gvmplot is not installed with a manual"
 "$gvmrun" --check-config >/dev/null || fail "gvmrun --check-config"
 
