@@ -1,6 +1,7 @@
 #include "core/where.h"
 
 #include "core/heap.h"
+#include "core/live.h"
 #include "core/stats.h"
 
 #include <stdlib.h>
@@ -14,7 +15,7 @@ struct gather {
 static void gather_one(struct gvm_region *r, void *arg)
 {
     struct gather *g = arg;
-    if (r->kind == GVM_REGION_ALIAS) return;
+    if (GVM_LOAD(r->kind) == GVM_REGION_ALIAS) return;
     if (g->n == g->cap) {
         size_t cap = g->cap ? g->cap * 2 : 64;
         struct gvm_region **nr = realloc(g->r, cap * sizeof *nr);
@@ -29,14 +30,14 @@ void gvm_heap_where(struct gvm_where *out, int ndev)
 {
     memset(out, 0, (size_t)ndev * sizeof *out);
     struct gather g = {0};
-    gvm_heap_for_each(gather_one, &g);
+    gvm_live_for_each(gather_one, &g);
     /* Each region under its own lock (a move changes its blocks); records
      * are type-stable, so one freed meanwhile is seen as not live. */
     for (size_t i = 0; i < g.n; i++) {
         struct gvm_region *r = g.r[i];
         pthread_mutex_lock(&r->op);
         int d = r->device;
-        if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == GVM_REGION_LIVE && d >= 0 && d < ndev)
+        if (gvm_region_live(r) && d >= 0 && d < ndev)
             for (int b = 0; b < r->nblocks; b++) {
                 const struct gvm_block *k = &r->blocks[b];
                 if (!k->phys) continue;

@@ -3,6 +3,7 @@
 #include "ctl/server.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>

@@ -7,14 +7,16 @@
 #define _GNU_SOURCE
 #include "preload/control.h"
 
+#include "preload/nvml.h"
+#include "preload/shim.h"
+
 #include "core/log.h"
 #include "core/stats.h"
 #include "core/topo.h"
 #include "core/where.h"
 #include "ctl/server.h"
 #include "gvmshim.h"
-#include "policy/place.h"
-#include "policy/spill.h"
+#include "policy/policy.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -105,7 +107,10 @@ static void stats(int fd, const uint8_t *p, uint32_t n)
         reply_str(fd, GVM_CTL_STATS, -ENOMEM, "out of memory");
         return;
     }
-    gvm_stats_write(f, n >= 1 && p[0], gvm_topo.ndev);
+    int64_t nvml_used[GVM_MAX_DEVICES];
+    int ndev = gvm_topo.ndev;
+    const int64_t *used = gvm_nvml_process_used(ndev, gvm_real_dlsym, nvml_used) ? nvml_used : NULL;
+    gvm_stats_write(f, n >= 1 && p[0], ndev, used);
     fclose(f);
     reply(fd, GVM_CTL_STATS, 0, text, len);
     free(text);
