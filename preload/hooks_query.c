@@ -128,36 +128,49 @@ static void store(void *data, CUpointer_attribute a, unsigned long long v)
 
 enum answer { ANSWERED, NO_VALUE, ASK_DRIVER };
 
-/* The current context's device is the one the allocation was made on. */
+/* The current context's device is the one the allocation was made on, or
+ * there is no current context (the driver then answers as for its owner). */
 static bool on_own_device(const struct gvm_ref *ref)
 {
     CUdevice d;
-    return GVM_REAL(cuCtxGetDevice)(&d) == CUDA_SUCCESS && d == ref->region->device;
+    return !context_current() ||
+           (GVM_REAL(cuCtxGetDevice)(&d) == CUDA_SUCCESS && d == ref->region->device);
 }
 
-/* What cuMemAlloc memory answers for attr. NO_VALUE: the single query
- * fails with CUDA_ERROR_INVALID_VALUE and the batch gives the default;
- * ASK_DRIVER: the driver knows better at the real address (attributes the
- * program can set, tokens gvmshim cannot make, access from other devices,
- * attributes newer than this code). */
+static size_t round_gran(size_t n) { return (n + gvm_topo.gran - 1) / gvm_topo.gran * gvm_topo.gran; }
+
+/* What cuMemAlloc memory answers for attr (the native answers below were
+ * read off an H100, driver 580, by tests/gpu/pointer_answers.cu). NO_VALUE:
+ * the single query writes 0 and fails with *err, the batch gives 0;
+ * ASK_DRIVER: the driver knows better at the real address (tokens gvmshim
+ * cannot make, access from other devices, attributes newer than this code). */
 static enum answer native_value(const struct gvm_ref *ref, CUpointer_attribute attr, uintptr_t p,
-                                unsigned long long *v)
+                                unsigned long long *v, CUresult *err)
 {
     const struct gvm_region *r = ref->region;
+    *err = CUDA_ERROR_INVALID_VALUE;
     switch (attr) {
     case CU_POINTER_ATTRIBUTE_CONTEXT: *v = (uintptr_t)r->ctx; return ANSWERED;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *v = CU_MEMORYTYPE_DEVICE; return ANSWERED;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *v = p; return ANSWERED;
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        if (context_current()) {
+            *v = p;
+            return ANSWERED;
+        }
+        *err = CUDA_ERROR_INVALID_CONTEXT;
+        return NO_VALUE;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER: return NO_VALUE;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
     case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: *v = gvm_heap_buffer_id(ref); return ANSWERED;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *v = 0; return ANSWERED;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *v = (unsigned)r->device; return ANSWERED;
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *v = gvm_ipc_capable(ref); return ANSWERED;
-    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
-    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: *v = ref->base; return ANSWERED;
-    case CU_POINTER_ATTRIBUTE_RANGE_SIZE:
-    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: *v = ref->size; return ANSWERED;
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *v = ref->base; return ANSWERED;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *v = ref->size; return ANSWERED;
+    /* The driver maps cuMemAlloc memory in granularity-sized blocks, small
+     * allocations sharing one: gvmshim's chunk, or the allocation rounded. */
+    case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: *v = ref->slot >= 0 ? ref->base - ref->off : ref->base; return ANSWERED;
+    case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: *v = ref->slot >= 0 ? gvm_topo.gran : round_gran(ref->size); return ANSWERED;
     /* Mapped even while paused or host-resident: the program's view. */
     case CU_POINTER_ATTRIBUTE_MAPPED: *v = 1; return ANSWERED;
     /* cuMemAlloc memory exports through legacy IPC only, not through
@@ -167,12 +180,15 @@ static enum answer native_value(const struct gvm_ref *ref, CUpointer_attribute a
      * it; the answer keeps to the allocating device when they move. */
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE: *v = gvm_topo.dev[r->device].rdma; return ANSWERED;
     case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *v = 0; return ANSWERED;
-    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: *v = 0; return ANSWERED;
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: *v = 1; return ANSWERED;
+    /* Device memory syncs its memory operations; host-resident pieces
+     * would answer 0 at the real address. */
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *v = 1; return ANSWERED;
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
         if (!on_own_device(ref)) return ASK_DRIVER;
         *v = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
         return ANSWERED;
-    default: return ASK_DRIVER;   /* P2P_TOKENS, SYNC_MEMOPS, newer ones */
+    default: return ASK_DRIVER;   /* P2P_TOKENS, newer ones */
     }
 }
 
@@ -211,9 +227,10 @@ GVM_EXPORT CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribut
         struct gvm_ref ref;
         if (data && gvm_heap_find((uintptr_t)ptr, &ref)) {
             unsigned long long v;
-            switch (native_value(&ref, attr, (uintptr_t)ptr, &v)) {
+            CUresult err;
+            switch (native_value(&ref, attr, (uintptr_t)ptr, &v, &err)) {
             case ANSWERED: store(data, attr, v); return CUDA_SUCCESS;
-            case NO_VALUE: return CUDA_ERROR_INVALID_VALUE;
+            case NO_VALUE: store(data, attr, 0); return err;
             case ASK_DRIVER: return ask_driver(data, attr, ptr);
             }
         }
@@ -249,9 +266,10 @@ GVM_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int n, CUpointer_att
             continue;
         }
         unsigned long long v;
-        switch (native_value(&ref, attrs[i], (uintptr_t)ptr, &v)) {
+        CUresult err;
+        switch (native_value(&ref, attrs[i], (uintptr_t)ptr, &v, &err)) {
         case ANSWERED: store(data[i], attrs[i], v); break;
-        case NO_VALUE: break;
+        case NO_VALUE: store(data[i], attrs[i], 0); break;
         case ASK_DRIVER: ask_driver(data[i], attrs[i], ptr); break;
         }
     }

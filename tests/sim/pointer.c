@@ -83,7 +83,11 @@ static struct sim_ptr_info sim_ptr_lookup(uintptr_t p)
         pi = (struct sim_ptr_info){
             .known = SIM_MEMORY, .ctx = &sim.dev[n->dev].ctx, .memtype = CU_MEMORYTYPE_DEVICE,
             .ordinal = n->dev, .range_base = n->base, .range_size = n->size,
-            .map_base = n->base, .map_size = n->size, .buffer_id = n->id,
+            /* The driver maps cuMemAlloc memory in granularity blocks
+             * (H100, driver 580: MAPPING_* name the block). */
+            .map_base = n->base & ~(SIM_GRANULE - 1),
+            .map_size = ((n->base + n->size + SIM_GRANULE - 1) & ~(SIM_GRANULE - 1)) - (n->base & ~(SIM_GRANULE - 1)),
+            .buffer_id = n->id,
             .block_id = n->id, .rdma = 1, .native = 1, .mask = 1u << n->dev, .rwmask = 1u << n->dev};
     } else if (r) {
         /* The range attributes name the reservation (cuda.h), MAPPED says 0. */
@@ -140,7 +144,8 @@ static size_t sim_attr_width(CUpointer_attribute a)
 static unsigned long long sim_access_flags(const struct sim_ptr_info *pi)
 {
     struct CUctx_st *c = sim_ctx_current();
-    unsigned bit = c ? 1u << c->dev : 0;
+    /* Without a current context the owner's access is reported (H100). */
+    unsigned bit = c ? 1u << c->dev : (unsigned)pi->rwmask;
     if (pi->rwmask & bit)
         return CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
     return (pi->mask & bit) ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READ
@@ -169,9 +174,12 @@ static int sim_attr_value(const struct sim_ptr_info *pi, CUpointer_attribute a, 
     switch (a) {
     case CU_POINTER_ATTRIBUTE_CONTEXT: *v = (uintptr_t)pi->ctx; return 1;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *v = pi->memtype; return 1;
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *v = p; return 1;
+    /* Without a current context there is no device address (H100: the
+     * single query fails with CUDA_ERROR_INVALID_CONTEXT after writing 0). */
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *v = p; return sim_ctx_current() != NULL;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER: *v = p; return pi->host_visible;
-    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *v = 0; return 1;
+    /* cuMemAlloc memory answers 1 for both (H100, driver 580). */
+    case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *v = (unsigned)pi->native; return 1;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID: *v = pi->buffer_id; return 1;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *v = 0; return 1;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *v = (unsigned)pi->ordinal; return 1;
@@ -187,7 +195,7 @@ static int sim_attr_value(const struct sim_ptr_info *pi, CUpointer_attribute a, 
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: *v = pi->map_size; return 1;
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: *v = pi->map_base; return 1;
     case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: *v = pi->block_id; return 1;
-    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: *v = 0; return 1;
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: *v = (unsigned)pi->native; return 1;
     default: return 0; /* P2P tokens: sim_p2p_tokens */
     }
 }
@@ -224,8 +232,12 @@ static CUresult sim_pointer_attribute(void *data, CUpointer_attribute a, CUdevic
     struct sim_ptr_info pi = sim_ptr_lookup(p);
     if (a == CU_POINTER_ATTRIBUTE_P2P_TOKENS)
         return sim_p2p_tokens(&pi, data) ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE;
-    if (!pi.known || !sim_attr_value(&pi, a, p, &v))
+    if (!pi.known || !sim_attr_value(&pi, a, p, &v)) {
+        /* A known pointer without that value: the driver writes 0 first. */
+        if (pi.known == SIM_MEMORY) sim_attr_store(data, width, 0);
+        if (pi.known == SIM_MEMORY && a == CU_POINTER_ATTRIBUTE_DEVICE_POINTER) return CUDA_ERROR_INVALID_CONTEXT;
         return CUDA_ERROR_INVALID_VALUE;
+    }
     sim_attr_store(data, width, v);
     return CUDA_SUCCESS;
 }
