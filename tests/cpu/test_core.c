@@ -835,8 +835,11 @@ static void held_bytes_are_every_physical_byte(void)
     CHECK(held_matches_the_driver());
     CHECK_EQ(gvm_held_peak(0), peak);
     /* A failed creation reserves nothing; a release that fails once is retried. */
-    simcuda_fail_call("cuMemCreate", 1, CUDA_ERROR_OUT_OF_MEMORY);
+    /* Every creation fails (a move retries once after trimming idle memory,
+     * and creates pieces on several threads). */
+    simcuda_fail_calls("cuMemCreate", 1, 1000, CUDA_ERROR_OUT_OF_MEMORY);
     CHECK_EQ(gvm_migrate((void *)big, 0), GVM_ERR_NO_MEMORY);
+    simcuda_fail_calls("cuMemCreate", 0, 0, CUDA_SUCCESS);
     CHECK(held_matches_the_driver());
     CHECK_EQ(gvm_migrate((void *)big, 0), GVM_OK);
     simcuda_fail_call("cuMemRelease", 1, CUDA_ERROR_UNKNOWN);

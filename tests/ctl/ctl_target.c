@@ -62,5 +62,6 @@ int main(void)
         }
         fflush(stdout);
     }
+    free(buf);
     return 0;
 }
