@@ -120,7 +120,7 @@ static void ping(struct gvm_ctl_conn *c, const struct gvm_ctl_msg *m)
     uint8_t p[16];
     gvm_put_u32(p, (uint32_t)getpid());
     gvm_put_u32(p + 4, (uint32_t)geteuid());
-    gvm_put_u64(p + 8, endpoint);
+    gvm_put_u64(p + 8, gvm_ctl_endpoint());
     gvm_ctl_reply(c, GVM_CTL_PING, p, sizeof p, NULL, 0);
 }
 
