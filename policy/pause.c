@@ -18,6 +18,7 @@
 
 struct list {
     int tag;          /* -1: every tagged allocation */
+    bool any;         /* untagged ones too (tag -1 only) */
     bool paused;      /* collect paused (resume) or live (pause) ones */
     struct gvm_region **r;
     size_t n, cap;
@@ -26,7 +27,8 @@ struct list {
 static void pick(struct gvm_region *r, void *arg)
 {
     struct list *l = arg;
-    if (GVM_LOAD(r->state) != GVM_REGION_LIVE || r->kind == GVM_REGION_ALIAS || !GVM_LOAD(r->tag)) return;
+    if (GVM_LOAD(r->state) != GVM_REGION_LIVE || r->kind == GVM_REGION_ALIAS) return;
+    if (!GVM_LOAD(r->tag) && !l->any) return;
     if (l->tag >= 0 && GVM_LOAD(r->tag) != l->tag) return;
     if (((GVM_LOAD(r->flags) & GVM_RF_PAUSED) != 0) != l->paused) return;
     if (l->n == l->cap) {
@@ -73,3 +75,38 @@ static gvm_status run(const char *tag, bool resume, int flags)
 GVM_EXPORT gvm_status gvm_pause(const char *tag, int flags) { return run(tag, false, flags); }
 
 GVM_EXPORT gvm_status gvm_resume(const char *tag) { return run(tag, true, 0); }
+
+static bool location_usable(int loc)
+{
+    if (loc == GVM_LOC_HOST) return gvm_topo.host_vmm;
+    return loc >= 0 && loc < gvm_topo.ndev && gvm_topo.dev[loc].vmm;
+}
+
+gvm_status gvm_policy_migrate_tag(const char *tag, int loc)
+{
+    if (!gvm_core_active()) return GVM_ERR_INACTIVE;
+    if (!location_usable(loc)) return GVM_ERR_INVALID;
+    if (gvm_capture_open(-1)) return GVM_ERR_BUSY;   /* moves wait for the devices */
+    struct list l = {.tag = -1, .any = !tag};
+    if (tag) {
+        l.tag = gvm_tag_id(tag, false);
+        if (l.tag <= 0) return GVM_OK;   /* nothing was ever tagged so */
+    }
+    gvm_live_for_each(pick, &l);
+    CUresult rc = CUDA_SUCCESS;
+    gvm_status st = GVM_OK;
+    for (size_t i = 0; i < l.n && rc == CUDA_SUCCESS; i++) {
+        /* Kernels on the allocating device must still reach the memory. */
+        if (loc >= 0 && !gvm_topo_reaches(GVM_LOAD(l.r[i]->device), loc)) {
+            st = GVM_ERR_UNSUPPORTED;
+            continue;
+        }
+        rc = gvm_relocate(l.r[i], loc, GVM_RELOC_EXPLICIT);
+        if (rc == CUDA_ERROR_NOT_PERMITTED) st = GVM_ERR_BUSY;   /* paused, or shared with other processes */
+        if (gvm_relocate_refused(rc)) rc = CUDA_SUCCESS;
+    }
+    free(l.r);
+    for (int d = 0; d < gvm_topo.ndev; d++) gvm_heap_trim(d);
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY) return GVM_ERR_NO_MEMORY;
+    return rc == CUDA_SUCCESS ? st : GVM_ERR_DRIVER;
+}

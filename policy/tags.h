@@ -17,4 +17,9 @@ const char *gvm_tag_name(int id);
  * not follow; start it over. */
 void gvm_tags_after_fork(void);
 
+/* Moves every live allocation of `tag` (NULL: every allocation) to loc,
+ * as gvm_migrate would each (for gvmctl migrate). GVM_ERR_BUSY when some
+ * were left in place (paused, or shared with other processes). */
+int gvm_policy_migrate_tag(const char *tag, int loc);
+
 #endif

@@ -17,6 +17,7 @@
 #include "ctl/server.h"
 #include "gvmshim.h"
 #include "policy/policy.h"
+#include "policy/tags.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -137,6 +138,17 @@ static void pause_resume(int fd, uint8_t type, const uint8_t *p, uint32_t n)
     reply_str(fd, type, st, st ? gvm_strerror(st) : type == GVM_CTL_PAUSE ? "paused" : "resumed");
 }
 
+static void migrate(int fd, const uint8_t *p, uint32_t n)
+{
+    char tag[GVM_CTL_MSG_MAX];
+    if (n < 5 || !tag_of(p, n, 5, tag, sizeof tag) || (!p[4] && !tag[0])) {
+        reply_str(fd, GVM_CTL_MIGRATE, GVM_ERR_INVALID, "malformed request");
+        return;
+    }
+    gvm_status st = gvm_policy_migrate_tag(p[4] ? NULL : tag, (int)(int32_t)gvm_get_u32(p));
+    reply_str(fd, GVM_CTL_MIGRATE, st, st ? gvm_strerror(st) : "moved");
+}
+
 static void run(void *arg)
 {
     struct request *r = arg;
@@ -145,6 +157,7 @@ static void run(void *arg)
     case GVM_CTL_STATS: stats(r->fd, r->payload, r->len); break;
     case GVM_CTL_PAUSE:
     case GVM_CTL_RESUME: pause_resume(r->fd, r->type, r->payload, r->len); break;
+    case GVM_CTL_MIGRATE: migrate(r->fd, r->payload, r->len); break;
     default: reply_str(r->fd, r->type, GVM_ERR_INVALID, "unknown request"); break;
     }
     close(r->fd);
@@ -170,7 +183,7 @@ static void accept_request(struct gvm_ctl_conn *c, const struct gvm_ctl_msg *m)
 
 int gvm_control_start(void)
 {
-    static const uint8_t types[] = {GVM_CTL_INFO, GVM_CTL_STATS, GVM_CTL_PAUSE, GVM_CTL_RESUME};
+    static const uint8_t types[] = {GVM_CTL_INFO, GVM_CTL_STATS, GVM_CTL_PAUSE, GVM_CTL_RESUME, GVM_CTL_MIGRATE};
     for (size_t i = 0; i < sizeof types; i++) gvm_ctl_register(types[i], accept_request);
     int rc = gvm_ctl_start();
     if (rc) gvm_warn("cannot open the control socket (%s): gvmctl will not reach this process", strerror(-rc));

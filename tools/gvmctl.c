@@ -25,6 +25,7 @@ static const char *const manual =
     "    gvmctl stats PID [--json]\n"
     "    gvmctl pause PID [TAG] [--discard]\n"
     "    gvmctl resume PID [TAG]\n"
+    "    gvmctl migrate PID (TAG|--all) (DEVICE|host)\n"
     "    gvmctl top [--interval SECONDS] [--count N]\n"
     "    gvmctl --help\n"
     "\n"
@@ -45,6 +46,10 @@ static const char *const manual =
     "              releases it without a copy; returns once the device memory\n"
     "              is released. Pointers stay valid.\n"
     "    resume    gvm_resume from outside; returns once the memory is back\n"
+    "    migrate   gvm_migrate of every allocation of TAG (--all: every\n"
+    "              allocation) to device DEVICE or to host memory; returns\n"
+    "              once moved. Allocations another process maps (CUDA IPC)\n"
+    "              or that are paused stay, and the exit status says so.\n"
     "    top       list, refreshed every --interval seconds (1), with the rate\n"
     "              at which each process moves memory; --count N stops after N\n"
     "\n"
@@ -71,7 +76,8 @@ static int fail(const char *fmt, ...)
 static int usage(void)
 {
     fputs("usage: gvmctl list [--json] | stats PID [--json] | pause PID [TAG] [--discard] |\n"
-          "              resume PID [TAG] | top [--interval S] [--count N] | --help\n",
+          "              resume PID [TAG] | migrate PID (TAG|--all) (DEVICE|host) |\n"
+          "              top [--interval S] [--count N] | --help\n",
           stderr);
     return 2;
 }
@@ -413,6 +419,32 @@ static int cmd_pause_resume(int argc, char **argv, bool pause)
     return rc;
 }
 
+static int cmd_migrate(int argc, char **argv)
+{
+    if (argc != 3) return usage();
+    bool all = !strcmp(argv[1], "--all");
+    const char *tag = all ? "" : argv[1];
+    if (!all && tag[0] == '-') return usage();
+    long loc;
+    char *end;
+    if (!strcmp(argv[2], "host")) {
+        loc = -1;   /* GVM_HOST */
+    } else {
+        loc = strtol(argv[2], &end, 10);
+        if (!argv[2][0] || *end || loc < 0 || loc > 1 << 16)
+            return fail("not a device ordinal or 'host': '%s'", argv[2]);
+    }
+    size_t tl = strlen(tag);
+    if (tl > 200) return fail("tag too long: '%.20s...'", tag);
+    uint8_t p[GVM_CTL_MSG_MAX];
+    gvm_put_u32(p, (uint32_t)(int32_t)loc);
+    p[4] = all;
+    memcpy(p + 5, tag, tl);
+    int rc = one(argv[0], GVM_CTL_MIGRATE, p, 5 + tl, false);
+    if (!rc) printf("moved %s%s to %s\n", all ? "every allocation" : "tag ", tag, argv[2]);
+    return rc;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) return usage();
@@ -426,6 +458,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "stats")) return cmd_stats(argc - 2, argv + 2);
     if (!strcmp(cmd, "pause")) return cmd_pause_resume(argc - 2, argv + 2, true);
     if (!strcmp(cmd, "resume")) return cmd_pause_resume(argc - 2, argv + 2, false);
+    if (!strcmp(cmd, "migrate")) return cmd_migrate(argc - 2, argv + 2);
     fail("unknown command '%s'", cmd);
     return usage();
 }

@@ -74,6 +74,19 @@ try:
     ctl("resume", pid)
     check(ask("check") == "zero", "discarded memory comes back zeroed")
 
+    # migrate by tag, then everything, and back; data intact.
+    check("moved" in ctl("migrate", pid, "weights", "host").stdout, "migrate says so")
+    check(ask("where") == "-1", "the tag moved to host")
+    ctl("migrate", pid, "--all", 1)
+    check(ask("where") == "1", "every allocation moved to device 1")
+    ctl("migrate", pid, "--all", 0)
+    # (the tagged allocation reads zeroes since the discarding pause above)
+    check(ask("where") == "0" and ask("check") == "zero", "back home, data intact")
+    err = ctl("migrate", pid, "weights", 7, expect=1).stderr
+    check(err.startswith("gvmctl: process"), "an absent device is refused: %s" % err)
+    ctl("migrate", pid, "weights", "moon", expect=1)
+    ctl("migrate", pid, "weights", expect=2)
+
     # top, bounded.
     out = ctl("top", "--count", "2", "--interval", "0.2").stdout
     check(out.count(str(pid)) == 2, "top shows the process each round")
