@@ -93,6 +93,23 @@ def tail(text, n=40):
     return "\n".join(lines[-n:])
 
 
+_runs = {}
+
+
+def once(key, fn):
+    """fn() the first time `key` is asked for in this process (a child run
+    is costly and several cases compare against the same one); a Skip or
+    Failure it raised is raised again for every later case."""
+    if key not in _runs:
+        try:
+            _runs[key] = fn()
+        except (Skip, Failure) as e:
+            _runs[key] = e
+    if isinstance(_runs[key], Exception):
+        raise _runs[key]
+    return _runs[key]
+
+
 def run_child(script, name, args=None, shim=False, env=None, timeout=240, label=None):
     """Runs `script --child name json(args)`; returns a ChildResult.
     Raises Skip when the child exits 77, Failure on any other problem."""

@@ -99,27 +99,15 @@ def child_run(args):
 
 
 SPILL = {"mats": 6, "dim": 8192, "steps": 4}
-runs = {}
-
-
-def once(key, fn):
-    if key not in runs:
-        try:
-            runs[key] = fn()
-        except (gt.Skip, gt.Failure) as e:
-            runs[key] = e
-    if isinstance(runs[key], Exception):
-        raise runs[key]
-    return runs[key]
 
 
 def native():
-    return once("native", lambda: gt.run_child(
+    return gt.once("native", lambda: gt.run_child(
         __file__, "run", dict(SPILL, compute=True, spill=True, need_free=3 * GiB), shim=False))
 
 
 def shim_compute():
-    return once("shim", lambda: gt.run_child(__file__, "run", {"compute": True, "shim": True}, shim=True))
+    return gt.once("shim", lambda: gt.run_child(__file__, "run", {"compute": True, "shim": True}, shim=True))
 
 
 def case_same_results():

@@ -187,29 +187,17 @@ HANDLERS = {"train": child_train}
 
 # ---- the parent --------------------------------------------------------------------
 
-runs = {}
-
-
-def once(key, fn):
-    if key not in runs:
-        try:
-            runs[key] = fn()
-        except (gt.Skip, gt.Failure) as e:
-            runs[key] = e
-    if isinstance(runs[key], Exception):
-        raise runs[key]
-    return runs[key]
 
 
 def native():
-    return once("native", lambda: gt.run_child(__file__, "train", {"need_free": 6 * GiB}, shim=False))
+    return gt.once("native", lambda: gt.run_child(__file__, "train", {"need_free": 6 * GiB}, shim=False))
 
 
 def overhead(env):
     """NVML's peak of the same process doing (almost) nothing through
     gvmshim, under the same settings."""
     key = "overhead " + repr(sorted(env.items()))
-    got = once(key, lambda: gt.run_child(__file__, "train", {"small": True, "peer": True}, shim=True, env=env,
+    got = gt.once(key, lambda: gt.run_child(__file__, "train", {"small": True, "peer": True}, shim=True, env=env,
                                          label="overhead (shim)"))
     return got.result["nvml_peak"]
 

@@ -226,22 +226,10 @@ HANDLERS = {"spill_train": child_spill_train, "threshold": child_threshold, "pau
 # ---- the parent ----------------------------------------------------------------
 
 SPILL_ARGS = {"layers": 6, "dim": 8192, "batch": 256, "steps": 8, "lr": 0.1}
-runs = {}
-
-
-def once(key, fn):
-    if key not in runs:
-        try:
-            runs[key] = fn()
-        except (gt.Skip, gt.Failure) as e:
-            runs[key] = e
-    if isinstance(runs[key], Exception):
-        raise runs[key]
-    return runs[key]
 
 
 def native_spill_ref():
-    return once("native", lambda: gt.run_child(
+    return gt.once("native", lambda: gt.run_child(
         __file__, "spill_train", dict(SPILL_ARGS, need_free=5 * GiB), shim=False))
 
 
