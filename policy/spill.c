@@ -15,6 +15,14 @@
 #include "policy/victims.h"
 
 #include <stdint.h>
+#include <time.h>
+
+static double ms_now(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
 
 /* The first spill target, in the user's order, with room for bytes. */
 static int pick_target(int device, size_t bytes)
@@ -93,21 +101,28 @@ static void swap_in(struct gvm_region *r, struct gvm_region *const *used, int n)
 {
     int device = GVM_LOAD(r->home);
     if (device < 0 || device >= gvm_topo.ndev) return;
+    double t0 = ms_now();
     size_t need = GVM_LOAD(r->mapped), room = gvm_policy_room(device);
     struct gvm_victims v = {0};
     if (need > room && !gvm_victims_for_swap(device, need - room, GVM_LOAD(r->last_use), used, n, &v)) {
         gvm_victims_free(&v);
         return;   /* nothing may leave: the kernel reads it where it is */
     }
+    double t1 = ms_now();
     if (gvm_topo_quiesce() != CUDA_SUCCESS) {
         gvm_victims_free(&v);
         return;
     }
-    for (size_t i = 0; i < v.n; i++) evict(v.v[i].r, device, GVM_RELOC_QUIESCED);
+    double t2 = ms_now();
+    int out = 0;
+    for (size_t i = 0; i < v.n; i++) out += evict(v.v[i].r, device, GVM_RELOC_QUIESCED);
+    double t3 = ms_now();
     if (v.n) gvm_phys_trim(device, SIZE_MAX);   /* what left went to the pool: free it */
+    double t4 = ms_now();
     if (gvm_relocate(r, device, GVM_RELOC_PROMOTE | GVM_RELOC_QUIESCED) == CUDA_SUCCESS)
-        gvm_debug("demand: brought %#lx (%zu bytes) back to device %d, %zu region(s) out", (unsigned long)r->base,
-                  need, device, v.n);
+        gvm_debug("demand: brought %#lx (%zu bytes) back to device %d, %d of %zu region(s) out; victims %.2f "
+                  "quiesce %.2f evict %.2f trim %.2f promote %.2f ms",
+                  (unsigned long)r->base, need, device, out, v.n, t1 - t0, t2 - t1, t3 - t2, t4 - t3, ms_now() - t4);
     gvm_victims_free(&v);
 }
 

@@ -18,9 +18,11 @@ static bool qualifies(const struct gvm_region *r, const struct gather *g)
     if (GVM_LOAD(r->state) != GVM_REGION_LIVE || r->kind == GVM_REGION_ALIAS) return false;
     if (GVM_LOAD(r->home) != g->device) return false;
     unsigned flags = GVM_LOAD(r->flags);
-    if (g->which == RESIDENT) return !(flags & (GVM_RF_PAUSED | GVM_RF_PINNED));
-    /* Where its memory is gets checked under its lock, by the move. */
+    /* Where its memory is gets checked under its lock, by the move; a
+     * spilled region is no victim: counting it would make room on paper
+     * only, and the swap would then find the device still full. */
     uint64_t spilled = GVM_LOAD(r->spilled_at);
+    if (g->which == RESIDENT) return !spilled && !(flags & (GVM_RF_PAUSED | GVM_RF_PINNED));
     return spilled && !(flags & GVM_RF_PAUSED) && GVM_LOAD(r->last_use) > spilled;
 }
 
