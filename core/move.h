@@ -48,4 +48,23 @@ void gvm_move_leave(struct gvm_region *r);
  * back where it was. */
 CUresult gvm_move_blocks(struct gvm_region *r, int loc, bool quiesce, const char *why);
 
+/* A move of the lanes below: r to loc; rc is its result, as
+ * gvm_move_blocks returns it. */
+struct gvm_move_req {
+    struct gvm_region *r;
+    int loc;
+    const char *why;
+    CUresult rc;
+};
+
+/* Runs two lanes of moves at once, group by group, so that a swap's
+ * outgoing copies and incoming copies share the time on the two copy
+ * engines (and the CPU's remaps of one overlap the other's copies). Each
+ * lane's moves run in order; each move is what gvm_move_blocks does
+ * without its wait (the caller has quiesced), including its rollback. The
+ * lanes must move in opposite directions or between other devices: the
+ * events of one device and direction serve one move at a time. Caller
+ * holds every region's op and has entered each move. */
+void gvm_move_lanes(struct gvm_move_req *a, int na, struct gvm_move_req *b, int nb);
+
 #endif

@@ -150,3 +150,48 @@ CUresult gvm_relocate(struct gvm_region *r, int loc, unsigned how)
     pthread_mutex_unlock(&r->op);
     return rc;
 }
+
+/* Takes r for a move `how` to loc: its lock (waiting for it or, with
+ * `try`, only if free), its state checked, the move entered. */
+static bool take(struct gvm_region *r, int loc, unsigned how, bool try)
+{
+    if (try ? pthread_mutex_trylock(&r->op) != 0 : pthread_mutex_lock(&r->op) != 0) return false;
+    if (gvm_region_live(r) && GVM_LOAD(r->kind) != GVM_REGION_ALIAS && allowed(r, loc, how)) {
+        gvm_move_enter(r);
+        return true;
+    }
+    pthread_mutex_unlock(&r->op);
+    return false;
+}
+
+static void give_back(struct gvm_region *r, int loc, unsigned how, CUresult rc)
+{
+    gvm_move_leave(r);
+    if (rc == CUDA_SUCCESS) moved(r, loc, how);
+    pthread_mutex_unlock(&r->op);
+}
+
+int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const *out, const int *to, int nout,
+                      CUresult *in_rc)
+{
+    const unsigned in_how = GVM_RELOC_PROMOTE | GVM_RELOC_QUIESCED, out_how = GVM_RELOC_SPILL | GVM_RELOC_QUIESCED;
+    *in_rc = CUDA_ERROR_NOT_PERMITTED;
+    if (!take(in, home, in_how, false)) return 0;
+    struct gvm_move_req req[nout > 0 ? nout : 1], back = {in, home, reason(in_how), CUDA_SUCCESS};
+    int n = 0;
+    /* Only the first lock may wait: a region another thread is moving or
+     * freeing is simply not a victim, and no two swaps can wait on each
+     * other. */
+    for (int i = 0; i < nout; i++)
+        if (out[i] != in && take(out[i], to[i], out_how, true))
+            req[n++] = (struct gvm_move_req){out[i], to[i], reason(out_how), CUDA_SUCCESS};
+    gvm_move_lanes(req, n, &back, 1);
+    int gone = 0;
+    for (int i = 0; i < n; i++) {
+        gone += req[i].rc == CUDA_SUCCESS;
+        give_back(req[i].r, req[i].loc, out_how, req[i].rc);
+    }
+    give_back(in, home, in_how, back.rc);
+    *in_rc = back.rc;
+    return gone;
+}

@@ -43,6 +43,17 @@ CUresult gvm_relocate(struct gvm_region *r, int loc, unsigned how);
 /* The same, for a caller that holds r->op already. */
 CUresult gvm_relocate_locked(struct gvm_region *r, int loc, unsigned how);
 
+/* A swap after one wait for queued work: brings the spilled region `in`
+ * to its home `home` while the regions out[0..nout) leave for to[i], the
+ * two directions at once on the copy engines (move.h, gvm_move_lanes).
+ * The caller must know that the device has room for `in` beside what is
+ * leaving (the held cap is not lifted); what leaves makes room for the
+ * next swap. A region in out that is busy (another thread holds its lock)
+ * or whose state refuses a spill is skipped. Returns how many left;
+ * *in_rc is gvm_relocate's answer for `in`. */
+int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const *out, const int *to, int nout,
+                      CUresult *in_rc);
+
 /* True for the answers of gvm_relocate that mean "not done, by choice". */
 static inline bool gvm_relocate_refused(CUresult rc)
 {

@@ -93,36 +93,81 @@ CUresult gvm_spill_alloc(size_t size, int device, CUcontext ctx, int tag, uintpt
 
 /* A kernel reading spilled memory in place goes at the speed its access
  * pattern gets across the link (a GEMM: 13 GB/s of 55, H100 PCIe 5): a
- * swap moves the same bytes at the link's speed. The regions that make
- * room leave first and the incoming one follows, so the device never
- * holds both: its limit is a cap (core/held.h). One wait for the
+ * swap moves the same bytes at the link's speed. The device never holds
+ * more than its limit (core/held.h), so the incoming region needs room
+ * before it comes: what must leave for it leaves first. Then it comes in
+ * while as many bytes again leave, the two directions at once on the copy
+ * engines (core/relocate.h, gvm_relocate_swap): that is the room the next
+ * swap starts with, so in a loop that sweeps more than fits every swap
+ * after the first runs both ways at once. That room costs the device one
+ * region's worth of capacity, so it is kept only while other spilled
+ * regions wait to come in: a loop one buffer over the limit swaps one
+ * buffer per sweep, serially, rather than two at once. One wait for the
  * program's queued work serves every move of the swap. */
+
+static size_t add_sat(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
+
+/* Victims for a swap of `need` bytes with `room` free: ideally `need` more
+ * than the deficit; at least the deficit. Returns how many of v must leave
+ * before the incoming region can come (they cover the deficit), or -1 when
+ * the device cannot make room. */
+static long pick_victims(struct gvm_region *r, size_t need, size_t room, struct gvm_region *const *used, int n,
+                         struct gvm_victims *v)
+{
+    int device = GVM_LOAD(r->home);
+    size_t deficit = need > room ? need - room : 0;
+    uint64_t since = GVM_LOAD(r->last_use);
+    size_t want = gvm_victims_more_spilled(device, r) ? add_sat(deficit, need) : deficit;
+    if (!want) return 0;
+    if (!gvm_victims_for_swap(device, want, since, used, n, v)) {
+        if (!deficit) return 0;   /* it fits: it comes in alone */
+        if (want == deficit || !gvm_victims_for_swap(device, deficit, since, used, n, v)) return -1;
+    }
+    size_t first = 0, got = 0;
+    while (first < v->n && got < deficit) got += GVM_LOAD(v->v[first++].r->mapped);
+    return (long)first;
+}
+
+/* The victims v[from..] with a target, for gvm_relocate_swap. */
+static int targets(const struct gvm_victims *v, size_t from, int device, struct gvm_region **out, int *to)
+{
+    int m = 0;
+    for (size_t i = from; i < v->n; i++) {
+        int t = pick_target(device, GVM_LOAD(v->v[i].r->mapped));
+        if (t == GVM_LOC_NONE) continue;
+        out[m] = v->v[i].r;
+        to[m++] = t;
+    }
+    return m;
+}
+
 static void swap_in(struct gvm_region *r, struct gvm_region *const *used, int n)
 {
     int device = GVM_LOAD(r->home);
     if (device < 0 || device >= gvm_topo.ndev) return;
     double t0 = ms_now();
-    size_t need = GVM_LOAD(r->mapped), room = gvm_policy_room(device);
+    /* Pieces pooled at the device are taken first by the incoming region. */
+    size_t need = GVM_LOAD(r->mapped), room = add_sat(gvm_policy_room(device), gvm_phys_pooled(device));
     struct gvm_victims v = {0};
-    if (need > room && !gvm_victims_for_swap(device, need - room, GVM_LOAD(r->last_use), used, n, &v)) {
+    long first = pick_victims(r, need, room, used, n, &v);
+    if (first < 0 || gvm_topo_quiesce() != CUDA_SUCCESS) {
         gvm_victims_free(&v);
         return;   /* nothing may leave: the kernel reads it where it is */
     }
     double t1 = ms_now();
-    if (gvm_topo_quiesce() != CUDA_SUCCESS) {
-        gvm_victims_free(&v);
-        return;
-    }
+    int gone = 0;
+    for (long i = 0; i < first; i++) gone += evict(v.v[i].r, device, GVM_RELOC_QUIESCED);
     double t2 = ms_now();
-    int out = 0;
-    for (size_t i = 0; i < v.n; i++) out += evict(v.v[i].r, device, GVM_RELOC_QUIESCED);
-    double t3 = ms_now();
-    if (v.n) gvm_phys_trim(device, SIZE_MAX);   /* what left went to the pool: free it */
-    double t4 = ms_now();
-    if (gvm_relocate(r, device, GVM_RELOC_PROMOTE | GVM_RELOC_QUIESCED) == CUDA_SUCCESS)
-        gvm_debug("demand: brought %#lx (%zu bytes) back to device %d, %d of %zu region(s) out; victims %.2f "
-                  "quiesce %.2f evict %.2f trim %.2f promote %.2f ms",
-                  (unsigned long)r->base, need, device, out, v.n, t1 - t0, t2 - t1, t3 - t2, t4 - t3, ms_now() - t4);
+    size_t rest = v.n - (size_t)first;
+    struct gvm_region *out[rest ? rest : 1];
+    int to[rest ? rest : 1];
+    int m = targets(&v, (size_t)first, device, out, to);
+    CUresult rc;
+    gone += gvm_relocate_swap(r, device, out, to, m, &rc);
+    if (rc == CUDA_SUCCESS)
+        gvm_debug("demand: brought %#lx (%zu bytes) back to device %d, %d region(s) out (%ld first); victims+wait "
+                  "%.2f, first out %.2f, swap %.2f ms",
+                  (unsigned long)r->base, need, device, gone, first, t1 - t0, t2 - t1, ms_now() - t2);
     gvm_victims_free(&v);
 }
 

@@ -96,6 +96,26 @@ size_t gvm_victims_for_swap(int device, size_t need, uint64_t since, struct gvm_
     return out->n;
 }
 
+struct spilled_probe {
+    int device;
+    const struct gvm_region *except;
+    bool found;
+};
+
+static void probe_one(struct gvm_region *r, void *arg)
+{
+    struct spilled_probe *q = arg;
+    if (q->found || r == q->except || GVM_LOAD(r->state) != GVM_REGION_LIVE || r->kind == GVM_REGION_ALIAS) return;
+    q->found = GVM_LOAD(r->home) == q->device && GVM_LOAD(r->spilled_at) && !(GVM_LOAD(r->flags) & GVM_RF_PAUSED);
+}
+
+bool gvm_victims_more_spilled(int device, const struct gvm_region *except)
+{
+    struct spilled_probe q = {device, except, false};
+    gvm_live_for_each(probe_one, &q);
+    return q.found;
+}
+
 void gvm_victims_free(struct gvm_victims *v)
 {
     free(v->v);

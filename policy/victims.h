@@ -8,6 +8,7 @@
 
 #include "core/region.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -40,6 +41,10 @@ void gvm_victims_spilled(int device, struct gvm_victims *out);
  * make `need` bytes). */
 size_t gvm_victims_for_swap(int device, size_t need, uint64_t since, struct gvm_region *const *keep, int nkeep,
                             struct gvm_victims *out);
+
+/* Whether a region other than `except` that belongs on `device` lies
+ * spilled: another swap-in is to be expected. */
+bool gvm_victims_more_spilled(int device, const struct gvm_region *except);
 
 void gvm_victims_free(struct gvm_victims *v);
 

@@ -579,6 +579,72 @@ static void failure_during_a_swap_keeps_data(void)
     CHECK(0);
 }
 
+/* A sweep over twice what the device holds: every swap after the first
+ * brings one buffer in while another leaves at once (a margin of one
+ * buffer is kept while others wait outside). Data intact, the limit held
+ * at every launch, and per sweep no more moved each way than what does not
+ * fit plus two buffers: the margin, and the drift of most-recently-used
+ * victims (3 stay, 6 of 8 come in per sweep: measured). */
+static void a_wide_sweep_swaps_both_ways_at_once(void)
+{
+    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "promote_interval", "3600s", NULL};
+    start_limited(kv);
+    uintptr_t w[8];
+    for (int i = 0; i < 8; i++) {
+        w[i] = palloc(4 * MiB);
+        fill(w[i], 4 * MiB, 60 + i);
+    }
+    uint64_t before = 0;
+    for (int sweep = 0; sweep < 4; sweep++) {
+        if (sweep == 1) before = gvm_stats.bytes_migrated;
+        for (int i = 0; i < 8; i++) {
+            struct gvm_region *r = gvm_heap_region(w[i]);
+            gvm_policy_before_launch(&r, 1);
+            touch(w[i]);
+            CHECK_EQ(where(w[i]), 0);
+            CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
+        }
+    }
+    uint64_t per_sweep = (gvm_stats.bytes_migrated - before) / 3;
+    if (per_sweep > 2 * (16 + 8) * MiB) fprintf(stderr, "moved %lu MiB per sweep\n", (unsigned long)(per_sweep >> 20));
+    CHECK(per_sweep <= 2 * (16 + 8) * MiB);
+    for (int i = 0; i < 8; i++) CHECK(intact(w[i], 4 * MiB, 60 + i));
+    for (int i = 0; i < 8; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
+}
+
+/* A driver call failing anywhere in a two-way swap: every buffer keeps its
+ * data, the device never holds more than its limit, nothing leaks. */
+static void failure_during_a_two_way_swap_keeps_data(void)
+{
+    gvm_log_level = GVM_LOG_ERROR;
+    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "promote_interval", "3600s", NULL};
+    start_limited(kv);
+    struct leaks base = leaks_now();
+    for (unsigned long k = 1; k < 600; k++) {
+        uintptr_t w[6];
+        for (int i = 0; i < 6; i++) {
+            w[i] = palloc(4 * MiB);
+            fill(w[i], 4 * MiB, 70 + i);
+            touch(w[i]);
+        }
+        CHECK_EQ(where(w[0]), GVM_HOST);
+        CHECK_EQ(where(w[1]), GVM_HOST);
+        struct gvm_region *r = gvm_heap_region(w[0]);
+        unsigned long calls = simcuda_call_count();
+        simcuda_fail_nth(k, CUDA_ERROR_ILLEGAL_STATE);
+        gvm_policy_before_launch(&r, 1);
+        bool fired = simcuda_call_count() - calls >= k;
+        simcuda_fail_nth(0, CUDA_SUCCESS);
+        CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
+        for (int i = 0; i < 6; i++) CHECK(intact(w[i], 4 * MiB, 70 + i));
+        if (!fired) CHECK(where(w[0]) == 0);   /* the whole swap ran */
+        for (int i = 0; i < 6; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
+        CHECK_NO_LEAK(base);
+        if (!fired) return;
+    }
+    CHECK(0);
+}
+
 static const struct test_case cases[] = {
     TEST_ENTRY(evicts_the_least_recently_used)
     TEST_ENTRY(a_job_that_fits_never_spills)
@@ -602,6 +668,8 @@ static const struct test_case cases[] = {
     TEST_ENTRY(spill_off_gives_idle_memory_back_then_fails)
     TEST_ENTRY(the_cap_is_enforced_below_the_policy)
     TEST_ENTRY(failure_during_a_swap_keeps_data)
+    TEST_ENTRY(a_wide_sweep_swaps_both_ways_at_once)
+    TEST_ENTRY(failure_during_a_two_way_swap_keeps_data)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }
