@@ -73,6 +73,7 @@ GVM_EXPORT gvm_status gvm_migrate(const void *ptr, int location)
                                             : from_cu(rc);
     }
     pthread_mutex_unlock(&r->op);
+    gvm_slab_reap_skipped();
     return st;
 }
 

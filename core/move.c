@@ -113,6 +113,10 @@ static int cut(size_t len, size_t cap, size_t *out)
     return n;
 }
 
+static __thread bool making_room;
+
+bool gvm_move_making_room(void) { return making_room; }
+
 static CUresult plan_build(struct gvm_region *r, int loc, struct plan *p)
 {
     bool device_to_device = loc >= 0;
@@ -149,8 +153,14 @@ static CUresult plan_build(struct gvm_region *r, int loc, struct plan *p)
      * Idle memory at loc (cached regions, empty chunks) may be what stands
      * in the way of its limit: give it back and try once more. */
     CUresult rc = gvm_phys_get_many(loc, p->sizes, p->ndst, true, p->dst);
-    if (rc == CUDA_ERROR_OUT_OF_MEMORY && gvm_heap_trim(loc))
-        rc = gvm_phys_get_many(loc, p->sizes, p->ndst, true, p->dst);
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
+        /* The trim must not wait for a chunk a move holds: it may be r, or
+         * one the thread this one works for holds (core/slab.c). */
+        making_room = true;
+        size_t freed = gvm_heap_trim(loc);
+        making_room = false;
+        if (freed) rc = gvm_phys_get_many(loc, p->sizes, p->ndst, true, p->dst);
+    }
     return rc;
 }
 

@@ -34,6 +34,10 @@ static inline void gvm_use_end(struct gvm_region *r)
 void gvm_move_gate_enter(void);
 void gvm_move_gate_leave(void);
 
+/* True while this thread trims idle memory to make room for a move: a
+ * chunk being moved must then not be waited for (core/slab.c). */
+bool gvm_move_making_room(void);
+
 /* Marks r as being moved and waits out announced calls. */
 void gvm_move_enter(struct gvm_region *r);
 void gvm_move_leave(struct gvm_region *r);

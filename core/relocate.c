@@ -3,6 +3,7 @@
 #include "core/driver.h"
 #include "core/log.h"
 #include "core/move.h"
+#include "core/slab.h"
 #include "core/stats.h"
 #include "core/topo.h"
 
@@ -148,6 +149,7 @@ CUresult gvm_relocate(struct gvm_region *r, int loc, unsigned how)
     pthread_mutex_lock(&r->op);
     CUresult rc = gvm_relocate_locked(r, loc, how);
     pthread_mutex_unlock(&r->op);
+    gvm_slab_reap_skipped();
     return rc;
 }
 
@@ -192,6 +194,7 @@ int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const 
         give_back(req[i].r, req[i].loc, out_how, req[i].rc);
     }
     give_back(in, home, in_how, back.rc);
+    gvm_slab_reap_skipped();
     *in_rc = back.rc;
     return gone;
 }

@@ -4,6 +4,7 @@
 #include "core/ids.h"
 #include "core/live.h"
 #include "core/log.h"
+#include "core/move.h"
 #include "core/settings.h"
 #include "core/topo.h"
 
@@ -299,6 +300,8 @@ static void make_pending(struct gvm_slab *s, unsigned slot)
     pd->slot[pd->n++] = slot;
 }
 
+void gvm_slab_reap_skipped(void) { reap(-1); }
+
 void gvm_slab_flush(int device)
 {
     pthread_mutex_lock(&slab_lock);
@@ -317,9 +320,13 @@ static void doom(struct gvm_slab *s)
     __atomic_store_n(&doomed, s, __ATOMIC_RELEASE);
 }
 
-/* Destroys the doomed chunks, each under its own lock, so a move of it
- * (the promoter's, a spill's) ends first. Call it holding no lock. Returns
- * the bytes freed on device. */
+/* Destroys the doomed chunks, each under its own lock, so that a move of
+ * it (the promoter's, a spill's) ends first. Except when this thread trims
+ * to make room for a move: a chunk in the middle of a move then stays
+ * doomed, since the move may be this thread's own or one this thread works
+ * for (stress test, 2026-11-23: the promoter waited on its own lock), and
+ * the move reaps it when it lets go (gvm_slab_reap_skipped). Returns the
+ * bytes freed on device. */
 static size_t reap(int device)
 {
     if (!__atomic_load_n(&doomed, __ATOMIC_ACQUIRE)) return 0;
@@ -328,10 +335,21 @@ static size_t reap(int device)
     __atomic_store_n(&doomed, NULL, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&slab_lock);
     size_t freed = 0;
+    bool retry = false;
     while (list) {
         struct gvm_slab *s = list;
         struct gvm_region *r = s->chunk;
         list = s->next;
+        if (gvm_move_making_room() && __atomic_load_n(&r->moving, __ATOMIC_SEQ_CST)) {
+            pthread_mutex_lock(&slab_lock);
+            s->next = doomed;
+            __atomic_store_n(&doomed, s, __ATOMIC_RELEASE);
+            pthread_mutex_unlock(&slab_lock);
+            /* The move may have ended and reaped before this put it back:
+             * then nobody else will. */
+            if (!__atomic_load_n(&r->moving, __ATOMIC_SEQ_CST)) retry = true;
+            continue;
+        }
         pthread_mutex_lock(&r->op);
         size_t bytes = r->mapped;
         gvm_live_remove(r);
@@ -346,6 +364,7 @@ static size_t reap(int device)
         slab_retire(s);
         pthread_mutex_unlock(&slab_lock);
     }
+    if (retry) freed += reap(device);
     return freed;
 }
 

@@ -53,6 +53,10 @@ size_t gvm_slab_trim(int device);
 /* New buffer ids for every slot of a chunk (after its memory moved). */
 void gvm_slab_renew_ids(struct gvm_region *r);
 
+/* Destroys empty chunks that a reap skipped while they were being moved.
+ * A move calls it when it lets go of its region. Cheap when there are none. */
+void gvm_slab_reap_skipped(void);
+
 /* The buffer id of a slot (lock-free; 0 if the chunk went meanwhile). */
 uint64_t gvm_slab_buffer_id(const struct gvm_region *r, int slot);
 

@@ -11,6 +11,8 @@
 #include "core/slab.h"
 #include "policy/config.h"
 #include "policy/place.h"
+#include "policy/policy.h"
+#include "policy/settings.h"
 #include "policy/spill.h"
 
 #include <pthread.h>
@@ -320,6 +322,10 @@ static void no_idle_memory(struct gvm_settings *s)
     /* GVM_CACHE_LIMIT=0 GVM_POOL_LIMIT=0: every free reaches the driver. */
     for (int d = 0; d < GVM_MAX_DEVICES; d++) s->cache_limit[d] = s->pool_limit[d] = 0;
     s->host_pool = 0;
+    /* The device limit is a cap core holds: without it nothing spills. */
+    struct gvm_settings p;
+    gvm_policy_settings(&cfg, &gvm_topo, &p);
+    memcpy(s->hold_limit, p.hold_limit, sizeof s->hold_limit);
 }
 
 static void start(void)
