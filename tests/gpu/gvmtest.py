@@ -417,9 +417,9 @@ class LiveChild:
     def go(self):
         self._send("go")
 
-    def ctl(self, *args):
-        """Runs `gvmctl ARGS...` where it sees this job; prints and returns
-        (exit status, stdout, stderr)."""
+    def ctl(self, *args, quiet=False):
+        """Runs `gvmctl ARGS...` where it sees this job; prints it (with its
+        output unless quiet) and returns (exit status, stdout, stderr)."""
         cmd = [gvmctl_path()] + [str(a) for a in args]
         e = dict(os.environ, XDG_RUNTIME_DIR=self.runtime)
         t0 = time.time()
@@ -431,6 +431,8 @@ class LiveChild:
         shown = " | ".join(l for l in (out + err).strip().splitlines() if l.strip())
         if len(shown) > 400:
             shown = shown[:400] + "..."
+        if quiet:
+            shown = "(%d bytes of output)" % len(out + err)
         print("  $ gvmctl %s -> exit %d in %.2f s: %s" % (" ".join(cmd[1:]), p.returncode, time.time() - t0, shown))
         sys.stdout.flush()
         return p.returncode, out, err

@@ -5,14 +5,15 @@ outside. The job runs under GVM_SPILL=host with a device limit far above
 what it needs, trains in three phases and stops at a barrier after each:
 
   after phase 1  gvmctl set PID device_limit=0:SMALL (half of the job's live
-                 tensors: weights and Adam's state) exits 0, printing one
-                 line per change; then NVML shows the process at most SMALL
-                 plus its own overhead (the CUDA context and libraries,
-                 measured from a tiny run under the same settings, as
-                 test_torch_limit.py does) plus one transfer piece;
-                 torch.cuda.mem_get_info's total in the job is at most SMALL;
-                 gvmctl list shows the new limit. A bad value is refused
-                 with a non-zero exit and one line, and changes nothing.
+                 tensors: weights, gradients, Adam's state) exits 0, printing
+                 the change (device_limit: OLD -> NEW); then NVML shows the
+                 process at most SMALL plus its own overhead (the CUDA
+                 context and libraries, measured from a tiny run under the
+                 same settings, as test_torch_limit.py does) plus one
+                 transfer piece; torch.cuda.mem_get_info's total in the job
+                 is at most SMALL; gvmctl list shows the new limit. A bad
+                 value is refused with a non-zero exit and one line, and
+                 changes nothing.
   phase 2        trains under SMALL: NVML, sampled in the job, stays within
                  the same bound the whole phase
   after phase 2  gvmctl set PID device_limit=0:BIG exits 0
@@ -132,7 +133,7 @@ def used(job):
 
 
 def device0(job):
-    rc, out, err = job.ctl("list", "--json")
+    rc, out, err = job.ctl("list", "--json", quiet=True)
     gt.expect(rc == 0, "gvmctl list --json exit %d: %s" % (rc, err.strip()))
     me = [p for p in json.loads(out) if p["pid"] == job.pid]
     gt.expect(me and me[0]["devices"], "gvmctl list does not show the job (pid %d): %s" % (job.pid, out.strip()))
@@ -142,8 +143,9 @@ def device0(job):
 def set_limit(job, limit):
     rc, out, err = job.ctl("set", job.pid, "device_limit=0:%d" % limit)
     gt.expect(rc == 0, "gvmctl set device_limit=0:%d exit %d: %s" % (limit, rc, err.strip()))
-    lines = [l for l in out.splitlines() if l.strip()]
-    gt.expect(len(lines) == 1, "gvmctl set printed %d lines for one change: %r" % (len(lines), out))
+    changes = [l for l in out.splitlines() if l.startswith("device_limit:")]
+    gt.expect(len(changes) == 1 and " -> " in changes[0], "gvmctl set printed no 'device_limit: OLD -> NEW' line: "
+              "%r" % out)
 
 
 def settle(job, allowed, seconds=3.0):

@@ -167,7 +167,7 @@ def case_pause(discard):
             paused = used(job)
             listing = None
             if not discard:
-                rc, out, err = job.ctl("list", "--json")
+                rc, out, err = job.ctl("list", "--json", quiet=True)
                 gt.expect(rc == 0, "gvmctl list --json exit %d: %s" % (rc, err.strip()))
                 listing = [p for p in json.loads(out) if p["pid"] == job.pid]
             rc, out, err = job.ctl("resume", job.pid, "model")
