@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
-"""The parent side of the gvmctl gpu tests (test_gvmctl_pause.py,
-test_gvmctl_live.py) without a GPU: their cases run unchanged against fake
-jobs on the simulated driver, so LiveChild, the gvmctl calls and the
-memory arithmetic are exercised by the cpu suite, not only on the rare
-machine with a GPU. A fake job keeps the real one's protocol (barriers,
-measures, result) with a few cuMemAlloc'd buffers in place of tensors; its
-"NVML" figure is the simulated device's physical bytes plus a made-up
-context overhead.
+"""The parent side of the gpu tests that steer or trace a running job
+(test_gvmctl_pause.py, test_gvmctl_live.py, test_gvmplot.py) without a
+GPU: their cases run unchanged against fake jobs on the simulated driver,
+so LiveChild, the gvmctl calls, the memory arithmetic and the trace checks
+are exercised by the cpu suite, not only on the rare machine with a GPU. A
+fake job keeps the real one's protocol (barriers, measures, result) with a
+few cuMemAlloc'd buffers in place of tensors; its "NVML" figure is the
+simulated device's physical bytes plus a made-up context overhead.
 
-    check_steering.py      (env: GVM_TEST_LIB, GVM_TEST_GVMCTL, and the
-                            simulated libcuda.so.1 on LD_LIBRARY_PATH)
+    check_parents.py       (env: GVM_TEST_LIB, GVM_TEST_GVMCTL, the
+                            simulated libcuda.so.1 on LD_LIBRARY_PATH and
+                            SIMCUDA_MEM of at least 512M)
 
-The live case skips while gvmctl has no `set`, as on a GPU.
+The live case skips while gvmctl has no `set`, and the gvmplot case where
+gvmplot finds no matplotlib, as on a GPU machine.
 """
 import ctypes
 import os
@@ -21,6 +23,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gvmtest as gt  # noqa: E402
 import test_gvmctl_live as live  # noqa: E402
 import test_gvmctl_pause as pause  # noqa: E402
+import test_gvmplot as plot  # noqa: E402
 
 MiB = gt.MiB
 CONTEXT = 300 * MiB     # what a CUDA context would add to NVML's figure
@@ -129,7 +132,27 @@ def fake_train_job(args):
             "nvml_missing": None if nvml else "not sampled", "device_total": sim.meminfo()[1]}
 
 
-HANDLERS = {"job": fake_pause_job, "train": fake_train_job}
+def fake_spill_job(args):
+    """test_gvmplot's job: more than its 512M limit in buffers, each written
+    every 'step', so the shim spills and swaps."""
+    sim = Sim()
+    size = 128 * MiB
+    bufs = [sim.alloc(size) for _ in range(args["layers"])]
+    losses = []
+    for step in range(args["steps"]):
+        for b in bufs:
+            sim.fill(b, step + 1, size)
+        ok = all(sim.read(b, 4096) == bytes([step + 1]) * 4096 for b in bufs)
+        losses.append(float(step if ok else -1).hex())
+    return {"losses": losses, "pid": os.getpid(), "max_allocated": len(bufs) * size}
+
+
+def fake_train(args):
+    # test_gvmctl_live and test_gvmplot both call their job "train".
+    return fake_spill_job(args) if "layers" in args else fake_train_job(args)
+
+
+HANDLERS = {"job": fake_pause_job, "train": fake_train}
 
 
 def main():
@@ -137,7 +160,7 @@ def main():
         return 0
     # The cases start their children as `script --child ...` of their own
     # module: make that this script, whose handlers are the fakes.
-    for module in (pause, live):
+    for module in (pause, live, plot):
         module.__file__ = os.path.abspath(__file__)
     try:
         gt.shim_lib()
@@ -146,9 +169,9 @@ def main():
         print("FAIL setup: %s" % e)
         print("0 passed, 1 failed")
         return 1
-    r = gt.Runner("steering")
+    r = gt.Runner("parents")
     for name, fn in (("pause_keep", pause.case_pause(False)), ("pause_discard", pause.case_pause(True)),
-                     ("lower_then_raise", live.case_lower_then_raise)):
+                     ("spill_trace", plot.case_spill_trace), ("lower_then_raise", live.case_lower_then_raise)):
         r.run(name, fn)
     return r.finish()
 
