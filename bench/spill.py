@@ -463,14 +463,14 @@ def main():
     print("device %s, limit %s, tensors of %d MiB, link H2D %.1f GB/s%s"
           % (native["device"], o.limit, o.tensor_mib, links.get("h2d_gbps", 0),
              ", peer %.1f GB/s" % links["peer_gbps"] if links.get("peer_gbps") else ""))
-    print("%-5s %6s %9s %9s %9s %8s %10s %9s %9s %5s" % ("spill", "x lim", "WS GiB", "step ms", "fits ms",
+    print("%-10s %6s %9s %9s %9s %8s %10s %9s %9s %5s" % ("spill", "x lim", "WS GiB", "step ms", "fits ms",
                                                         "x fits", "moved GiB", "add/bnd", "UVM ms", "ok"))
     for row in rows:
         if row.get("skipped") or "step_ms" not in row:
-            print("%-5s %6.2f  skipped (%s)" % (row["mode"], row["ratio"], row.get("skipped", "?")))
+            print("%-10s %6.2f  skipped (%s)" % (row["mode"], row["ratio"], row.get("skipped", "?")))
             continue
         f = lambda v, fmt: (fmt % v) if isinstance(v, (int, float)) else "-"  # noqa: E731
-        print("%-5s %6.2f %9.2f %9.1f %9s %8s %10s %9s %9s %5s"
+        print("%-10s %6.2f %9.2f %9.1f %9s %8s %10s %9s %9s %5s"
               % (row["mode"], row["ratio"], row["ws_bytes"] / GiB, row["step_ms"], f(row.get("fit_ms"), "%.1f"),
                  f(row.get("ratio_to_fit"), "%.2f"), f(row.get("moved_per_step", 0) / GiB, "%.2f"),
                  f(row.get("added_over_bound"), "%.2f"), f(row.get("managed_ms"), "%.1f"),
