@@ -19,19 +19,25 @@ working set:
                    steps, so the set-up's spills do not count)
   checksum         acc of the last step equals the native one
 
+One more row, mode "host+trace": the host configuration nearest 1.5x the
+limit again with GVM_TRACE set, its step time beside the untraced one
+(what the timeline costs a spilling job) and the trace file's size
+(--no-trace: not run).
+
 The parent never imports torch: each configuration is a child process.
 Prints a table and one line "BENCH_JSON {...}" for scripts/bench.
 Exit 77 without torch or a GPU.
 
     bench/spill.py --lib build/preload/libgvmshim.so [--limit 4G]
                    [--ratios 0.8,1.25,1.5,2] [--no-peer] [--no-managed]
-                   [--no-diff] [--deadline 240]
+                   [--no-diff] [--no-trace] [--deadline 240]
 """
 import argparse
 import ctypes
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -276,6 +282,53 @@ class Parent:
         return result, stats
 
 
+def compare_to_fit(row, fit, limit, link):
+    """The row's step against the same working set natively and the link's bound."""
+    if not fit.get("step_s"):
+        return
+    row["fit_ms"] = 1e3 * median(fit["step_s"])
+    row["ratio_to_fit"] = row["step_ms"] / row["fit_ms"] if row["fit_ms"] > 0 else None
+    off = max(0, row["ws_bytes"] - limit)
+    row["off_device_bytes"] = off
+    if link and off > 0:
+        lb_extra_ms = off / (link * 1e9) * 1e3
+        row["bound_ms"] = row["fit_ms"] + lb_extra_ms
+        row["added_over_bound"] = (row["step_ms"] - row["fit_ms"]) / lb_extra_ms
+
+
+def traced_row(par, base, rows, native_by_ws, env, limit):
+    """The host row nearest 1.5x the limit, run again with GVM_TRACE set."""
+    done = [r for r in rows if r["mode"] == "host" and r["ratio"] > 1 and "step_ms" in r]
+    if not done:
+        return None
+    plain = min(done, key=lambda r: abs(r["ratio"] - 1.5))
+    tmp = tempfile.mkdtemp(prefix="gvm-spill-trace-")
+    trace = os.path.join(tmp, "trace.json")
+    row = {"mode": "host+trace", "ratio": plain["ratio"], "ws_request": plain["ws_request"], "limit": limit,
+           "link_gbps": plain["link_gbps"], "untraced_step_ms": plain["step_ms"]}
+    try:
+        full, st = par.run("host %.2fx with GVM_TRACE" % plain["ratio"], dict(base, ws=[plain["ws_request"]]),
+                           dict(env, GVM_TRACE=trace))
+        if os.path.exists(trace):
+            row["trace_bytes"] = os.path.getsize(trace)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    if not isinstance(full, dict) or not full["runs"]:
+        row["skipped"] = "failed or not run"
+        return row
+    r = full["runs"][0]
+    fit = native_by_ws.get(plain["ws_request"], {})
+    row.update({"tensors": r["tensors"], "ws_bytes": r["ws_bytes"], "step_ms": 1e3 * median(r["step_s"]),
+                "setup_s": r["setup_s"],
+                "checksum_ok": (fit.get("checksum") == r["checksum"]) if fit.get("checksum") else None})
+    if st:
+        row.update({k: st.get(k, 0) for k in ("spills", "bytes_migrated", "migrations_failed")})
+        row["moved_per_step"] = st.get("bytes_migrated", 0) / float(base["steps"] + base["warmup"])
+        row["moved_includes_setup"] = True
+    compare_to_fit(row, fit, limit, plain["link_gbps"])
+    return row
+
+
 def median(xs):
     xs = sorted(xs)
     if not xs:
@@ -297,6 +350,7 @@ def main():
     ap.add_argument("--no-managed", action="store_true", help="skip the cudaMallocManaged comparison")
     ap.add_argument("--no-diff", action="store_true",
                     help="moved/step from one run (includes the set-up's spills), half the runs")
+    ap.add_argument("--no-trace", action="store_true", help="skip the run with GVM_TRACE set")
     ap.add_argument("--deadline", type=int, default=240, help="start no run after this many seconds [240]")
     o = ap.parse_args()
     if o.child:
@@ -375,15 +429,12 @@ def main():
                 if "moved_per_step" not in row:
                     row["moved_per_step"] = moved / float(o.steps + o.warmup)
                     row["moved_includes_setup"] = True
-            if fit.get("step_s"):
-                row["fit_ms"] = 1e3 * median(fit["step_s"])
-                row["ratio_to_fit"] = row["step_ms"] / row["fit_ms"] if row["fit_ms"] > 0 else None
-                off = max(0, r["ws_bytes"] - limit)
-                row["off_device_bytes"] = off
-                if link and off > 0:
-                    lb_extra_ms = off / (link * 1e9) * 1e3
-                    row["bound_ms"] = row["fit_ms"] + lb_extra_ms
-                    row["added_over_bound"] = (row["step_ms"] - row["fit_ms"]) / lb_extra_ms
+            compare_to_fit(row, fit, limit, link)
+
+    if not o.no_trace:
+        row = traced_row(par, base, rows, native_by_ws, modes[0][1], limit)
+        if row:
+            rows.append(row)
 
     managed = None
     if not o.no_managed:
@@ -392,6 +443,8 @@ def main():
         if isinstance(managed, dict):
             by = {r["ws_request"]: r for r in managed["runs"]}
             for row in rows:
+                if row["mode"].endswith("+trace"):
+                    continue
                 m = by.get(row["ws_request"])
                 if m and m.get("step_s"):
                     row["managed_ms"] = 1e3 * median(m["step_s"])
@@ -410,14 +463,14 @@ def main():
     print("device %s, limit %s, tensors of %d MiB, link H2D %.1f GB/s%s"
           % (native["device"], o.limit, o.tensor_mib, links.get("h2d_gbps", 0),
              ", peer %.1f GB/s" % links["peer_gbps"] if links.get("peer_gbps") else ""))
-    print("%-5s %6s %9s %9s %9s %8s %10s %9s %9s %5s" % ("spill", "x lim", "WS GiB", "step ms", "fits ms",
+    print("%-10s %6s %9s %9s %9s %8s %10s %9s %9s %5s" % ("spill", "x lim", "WS GiB", "step ms", "fits ms",
                                                         "x fits", "moved GiB", "add/bnd", "UVM ms", "ok"))
     for row in rows:
         if row.get("skipped") or "step_ms" not in row:
-            print("%-5s %6.2f  skipped (%s)" % (row["mode"], row["ratio"], row.get("skipped", "?")))
+            print("%-10s %6.2f  skipped (%s)" % (row["mode"], row["ratio"], row.get("skipped", "?")))
             continue
         f = lambda v, fmt: (fmt % v) if isinstance(v, (int, float)) else "-"  # noqa: E731
-        print("%-5s %6.2f %9.2f %9.1f %9s %8s %10s %9s %9s %5s"
+        print("%-10s %6.2f %9.2f %9.1f %9s %8s %10s %9s %9s %5s"
               % (row["mode"], row["ratio"], row["ws_bytes"] / GiB, row["step_ms"], f(row.get("fit_ms"), "%.1f"),
                  f(row.get("ratio_to_fit"), "%.2f"), f(row.get("moved_per_step", 0) / GiB, "%.2f"),
                  f(row.get("added_over_bound"), "%.2f"), f(row.get("managed_ms"), "%.1f"),

@@ -6,13 +6,19 @@ temporary file, and compares what the children report.
 
 A child prints one line "RESULT <json>" and exits 0, or exits 77 with a
 line "SKIP <reason>" (no module, no GPU, not enough memory).
+
+LiveChild runs a child beside the parent instead, which steers it with
+gvmctl at the barriers the child stops at (test_gvmctl_*.py).
 """
 import json
 import math
 import os
+import queue
+import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 
@@ -308,3 +314,172 @@ def gvm_info_dict(info):
     for k in ("base", "chunk_base"):
         d[k] = int(d[k] or 0)
     return d
+
+
+# ---- a job steered from outside while it runs (the gvmctl tests) --------------
+
+
+def gvmctl_path():
+    """The gvmctl that meson built (GVM_TEST_GVMCTL), else build/tools/gvmctl."""
+    p = os.environ.get("GVM_TEST_GVMCTL") or os.path.join(REPO, "build", "tools", "gvmctl")
+    if not os.access(p, os.X_OK):
+        raise Failure("gvmctl not found at %s (set GVM_TEST_GVMCTL or build first)" % p)
+    return p
+
+
+def gvmctl_has(command):
+    """Whether this gvmctl's manual lists `gvmctl COMMAND` in its synopsis."""
+    p = subprocess.run([gvmctl_path(), "--help"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=30)
+    text = p.stdout.decode("utf-8", "replace")
+    return any(line.split()[:2] == ["gvmctl", command] for line in text.splitlines())
+
+
+class LiveChild:
+    """`script --child NAME JSON` running beside the parent, which steers it
+    with gvmctl between its phases. At each barrier() the child prints
+    "AT NAME {json}" and obeys the parent on its stdin: "measure" (it prints
+    "MEASURE {json}") until "go". Its control socket lives in a runtime
+    directory of its own, so gvmctl sees this job only."""
+
+    def __init__(self, script, name, args=None, shim=False, env=None, timeout=240, label=None):
+        self.label = label or ("%s (%s)" % (name, "shim" if shim else "native"))
+        self.shim = shim
+        self.runtime = tempfile.mkdtemp(prefix="gvmctl-run-")
+        self.stats_path = os.path.join(self.runtime, "stats.json") if shim else None
+        e = child_env(shim, env, self.stats_path)
+        e["XDG_RUNTIME_DIR"] = self.runtime
+        cmd = [sys.executable, os.path.abspath(script), "--child", name, json.dumps(args or {})]
+        shown = " ".join("%s=%s" % (k, v) for k, v in sorted((env or {}).items()) if v is not None)
+        print("  start %s%s" % (self.label, (": " + shown) if shown else ""))
+        sys.stdout.flush()
+        self.t0 = time.time()
+        self.deadline = self.t0 + timeout
+        self.lines = []
+        self._queue = queue.Queue()
+        self.proc = subprocess.Popen(cmd, env=e, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT)
+        self.pid = self.proc.pid
+        self._reader = threading.Thread(target=self._pump, daemon=True)
+        self._reader.start()
+
+    def _pump(self):
+        for raw in iter(self.proc.stdout.readline, b""):
+            line = raw.decode("utf-8", "replace").rstrip("\n")
+            self.lines.append(line)
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def output(self):
+        return "\n".join(self.lines)
+
+    def _ended(self, waiting_for):
+        rc = self.proc.wait()
+        if rc == 77:
+            reason = "skipped"
+            for line in self.lines:
+                if line.startswith("SKIP "):
+                    reason = line[5:].strip()
+            raise Skip("%s: %s" % (self.label, reason), everything=reason.startswith(("no torch", "no GPU")))
+        how = "killed by signal %d" % -rc if rc < 0 else "exit status %d" % rc
+        raise Failure("%s ended (%s) while the test waited for %s:\n%s" % (self.label, how, waiting_for,
+                                                                          tail(self.output())))
+
+    def _wait_line(self, prefix):
+        while True:
+            left = self.deadline - time.time()
+            try:
+                line = self._queue.get(timeout=max(left, 0.01))
+            except queue.Empty:
+                self.kill()
+                raise Failure("%s: no '%s' within its time limit\n%s" % (self.label, prefix.strip(),
+                                                                        tail(self.output())))
+            if line is None:
+                self._ended("'%s'" % prefix.strip())
+            if line.startswith(prefix):
+                return line[len(prefix):]
+
+    def _send(self, text):
+        try:
+            self.proc.stdin.write((text + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            self._ended("it to read '%s'" % text)
+
+    def at(self, barrier):
+        """Waits until the child reaches `barrier`; returns what it said there."""
+        rest = self._wait_line("AT %s " % barrier)
+        return json.loads(rest)
+
+    def measure(self):
+        self._send("measure")
+        return json.loads(self._wait_line("MEASURE "))
+
+    def go(self):
+        self._send("go")
+
+    def ctl(self, *args, quiet=False):
+        """Runs `gvmctl ARGS...` where it sees this job; prints it (with its
+        output unless quiet) and returns (exit status, stdout, stderr)."""
+        cmd = [gvmctl_path()] + [str(a) for a in args]
+        e = dict(os.environ, XDG_RUNTIME_DIR=self.runtime)
+        t0 = time.time()
+        try:
+            p = subprocess.run(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=120)
+        except subprocess.TimeoutExpired:
+            raise Failure("gvmctl %s ran past 120 s" % " ".join(cmd[1:]))
+        out, err = p.stdout.decode("utf-8", "replace"), p.stderr.decode("utf-8", "replace")
+        shown = " | ".join(l for l in (out + err).strip().splitlines() if l.strip())
+        if len(shown) > 400:
+            shown = shown[:400] + "..."
+        if quiet:
+            shown = "(%d bytes of output)" % len(out + err)
+        print("  $ gvmctl %s -> exit %d in %.2f s: %s" % (" ".join(cmd[1:]), p.returncode, time.time() - t0, shown))
+        sys.stdout.flush()
+        return p.returncode, out, err
+
+    def finish(self):
+        """Waits for the child's RESULT and exit; returns a ChildResult."""
+        rest = self._wait_line("RESULT ")
+        try:
+            rc = self.proc.wait(timeout=max(self.deadline - time.time(), 1))
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise Failure("%s printed its result but did not exit" % self.label)
+        self._reader.join(10)
+        if rc != 0:
+            raise Failure("%s: exit status %d after its result\n%s" % (self.label, rc, tail(self.output())))
+        stats = None
+        if self.stats_path:
+            if not os.path.exists(self.stats_path):
+                raise Failure("%s: the shim wrote no stats\n%s" % (self.label, tail(self.output())))
+            with open(self.stats_path) as f:
+                stats = json.load(f)
+        secs = time.time() - self.t0
+        print("    done in %.1f s" % secs)
+        self.cleanup()
+        return ChildResult(json.loads(rest), stats, self.output(), secs)
+
+    def kill(self):
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+
+    def cleanup(self):
+        self.kill()
+        shutil.rmtree(self.runtime, ignore_errors=True)
+
+
+def barrier(name, info=None, measure=None):
+    """The child side of LiveChild: says where it is and serves the
+    parent's "measure" requests until it says "go"."""
+    print("AT %s %s" % (name, json.dumps(info or {})))
+    sys.stdout.flush()
+    for line in sys.stdin:
+        cmd = line.strip()
+        if cmd == "go":
+            return
+        if cmd != "measure":
+            raise RuntimeError("unknown request %r at barrier %s" % (cmd, name))
+        print("MEASURE " + json.dumps(measure() if measure else {}))
+        sys.stdout.flush()
+    raise RuntimeError("the parent closed stdin at barrier %s" % name)
