@@ -228,7 +228,8 @@ static gvm_status resize_large(struct gvm_region *r, size_t new_size)
     size_t rounded = (new_size + gran - 1) / gran * gran;
     CUresult rc = CUDA_SUCCESS;
     if (rounded > r->mapped) {
-        rc = gvm_region_grow(r, rounded - r->mapped, grow_location(r));
+        int loc = grow_location(r);
+        rc = gvm_region_grow_by(r, rounded - r->mapped, loc, gvm_region_piece_cap(r, loc));
     } else {
         int first = r->nblocks;
         while (first > 0 && r->blocks[first - 1].off >= rounded) first--;

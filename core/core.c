@@ -15,6 +15,7 @@ void gvm_settings_defaults(struct gvm_settings *s)
 {
     s->small_max = (size_t)1 << 20;
     s->block_size = (size_t)64 << 20;
+    s->grow_block = s->block_size;   /* the configuration's default is larger (policy/options.h) */
     s->headroom = 1.0;
     for (int d = 0; d < GVM_MAX_DEVICES; d++) {
         s->cache_limit[d] = (size_t)1 << 30;
@@ -38,6 +39,7 @@ CUresult gvm_core_start(const struct gvm_settings *s)
     gvm_settings = *s;
     if (!gvm_topo.gran) return CUDA_ERROR_NOT_SUPPORTED;
     if (gvm_settings.block_size < gvm_topo.gran) gvm_settings.block_size = gvm_topo.gran;
+    if (gvm_settings.grow_block < gvm_settings.block_size) gvm_settings.grow_block = gvm_settings.block_size;
     for (int d = 0; d < gvm_topo.ndev; d++) gvm_phys_set_limit(d, gvm_settings.pool_limit[d]);
     gvm_phys_set_limit(GVM_LOC_HOST, gvm_settings.host_pool);
     for (int d = 0; d < gvm_topo.ndev; d++) gvm_held_set_cap(d, gvm_settings.hold_limit[d]);

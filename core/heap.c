@@ -217,7 +217,7 @@ static bool cache_put(struct gvm_region *r)
 
 /* ---- allocation ------------------------------------------------------- */
 
-static CUresult new_region(size_t rounded, int device, CUcontext ctx, const struct gvm_place *pl,
+static CUresult new_region(size_t rounded, int device, CUcontext ctx, const struct gvm_place *pl, int tag,
                            struct gvm_region **out)
 {
     struct gvm_region *r = gvm_region_new();
@@ -231,12 +231,15 @@ static CUresult new_region(size_t rounded, int device, CUcontext ctx, const stru
     r->device = device;
     r->home = pl->spill ? device : pl->loc;
     r->ctx = ctx;
+    /* Memory nothing is expected to move comes in few large pieces: fewer
+     * driver calls (region.h). */
+    size_t cap = pl->loc == device && !pl->spill && !tag ? gvm_settings.grow_block : gvm_settings.block_size;
     if (pl->interleave)
         rc = gvm_region_grow_striped(r, rounded, pl->interleave);
     else
-        rc = gvm_region_grow(r, rounded, pl->loc);
+        rc = gvm_region_grow_by(r, rounded, pl->loc, cap);
     if (rc == CUDA_ERROR_OUT_OF_MEMORY && !pl->interleave && gvm_heap_trim(pl->loc))
-        rc = gvm_region_grow(r, rounded, pl->loc);
+        rc = gvm_region_grow_by(r, rounded, pl->loc, cap);
     if (rc == CUDA_SUCCESS && gvm_region_publish(r)) rc = CUDA_ERROR_OUT_OF_MEMORY;
     if (rc != CUDA_SUCCESS) {
         gvm_region_unpublish(r);
@@ -259,7 +262,7 @@ static CUresult alloc_large(size_t size, int device, CUcontext ctx, const struct
         r->ctx = ctx;
     } else {
         gvm_stat_inc(cache_misses);
-        CUresult rc = new_region(rounded, device, ctx, pl, &r);
+        CUresult rc = new_region(rounded, device, ctx, pl, tag, &r);
         if (rc != CUDA_SUCCESS) return rc;
     }
     GVM_STORE(r->size, size);

@@ -157,25 +157,64 @@ static void drop_new_blocks(struct gvm_region *r, int first)
 
 /* Largest power-of-two multiple of the granularity within the limits, so
  * pieces come in few sizes and pooled ones fit again. */
-static size_t piece_size(size_t remaining)
+static size_t piece_size(size_t remaining, size_t cap)
 {
-    size_t limit = gvm_settings.block_size < remaining ? gvm_settings.block_size : remaining;
+    size_t limit = cap < remaining ? cap : remaining;
     size_t p = gvm_topo.gran;
     while (p * 2 <= limit) p *= 2;
     return p;
 }
 
+/* Host pieces are created on several threads at once (pinning is the slow
+ * part and the kernel does it in parallel); NULL where none was made. */
+static struct gvm_phys **host_pieces(size_t len, size_t cap, int *n)
+{
+    int count = 0;
+    for (size_t o = 0; o < len; o += piece_size(len - o, cap)) count++;
+    size_t *sizes = calloc((size_t)count, sizeof *sizes);
+    struct gvm_phys **p = calloc((size_t)count, sizeof *p);
+    if (!sizes || !p) goto fail;
+    size_t o = 0;
+    for (int i = 0; i < count; i++) o += sizes[i] = piece_size(len - o, cap);
+    if (gvm_phys_get_many(GVM_LOC_HOST, sizes, count, false, p) != CUDA_SUCCESS) goto fail;
+    free(sizes);
+    *n = count;
+    return p;
+fail:
+    free(sizes);
+    free(p);
+    return NULL;
+}
+
+size_t gvm_region_piece_cap(const struct gvm_region *r, int loc)
+{
+    /* Memory likely to move keeps the pieces moves pipeline. */
+    bool settled = loc >= 0 && loc == r->device && !GVM_LOAD(r->tag) && !GVM_LOAD(r->spilled_at);
+    return settled ? gvm_settings.grow_block : gvm_settings.block_size;
+}
+
 CUresult gvm_region_grow(struct gvm_region *r, size_t len, int loc)
+{
+    return gvm_region_grow_by(r, len, loc, gvm_settings.block_size);
+}
+
+CUresult gvm_region_grow_by(struct gvm_region *r, size_t len, int loc, size_t cap)
 {
     int first = r->nblocks;
     size_t off = r->mapped;
     size_t end = off + len;
     CUresult rc = CUDA_SUCCESS;
+    if (cap < gvm_topo.gran) cap = gvm_topo.gran;
+    int nready = 0, used = 0;
+    struct gvm_phys **ready = loc == GVM_LOC_HOST ? host_pieces(len, cap, &nready) : NULL;
     while (off < end) {
-        size_t sz = piece_size(end - off);
+        size_t sz = piece_size(end - off, cap);
         struct gvm_phys *p = NULL;
         if (ensure_blocks(r, r->nblocks + 1)) { rc = CUDA_ERROR_OUT_OF_MEMORY; break; }
-        if ((rc = gvm_phys_get(loc, sz, false, &p)) != CUDA_SUCCESS) break;
+        if (used < nready)
+            p = ready[used++];
+        else if ((rc = gvm_phys_get(loc, sz, false, &p)) != CUDA_SUCCESS)
+            break;
         struct gvm_block *b = &r->blocks[r->nblocks];
         b->phys = p;
         b->off = off;
@@ -193,6 +232,8 @@ CUresult gvm_region_grow(struct gvm_region *r, size_t len, int loc)
         int n = gvm_topo_access(loc, cpu_wanted(&r->blocks[first], loc), descs);
         rc = DRV(cuMemSetAccess, (CUdeviceptr)(r->base + r->mapped), len, descs, (size_t)n);
     }
+    for (int i = used; i < nready; i++) gvm_phys_put(ready[i]);   /* pieces a failure left unused */
+    free(ready);
     if (rc != CUDA_SUCCESS) {
         drop_new_blocks(r, first);
         return rc;

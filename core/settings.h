@@ -12,6 +12,8 @@ enum gvm_host_access { GVM_HOST_ACCESS_EAGER, GVM_HOST_ACCESS_LAZY, GVM_HOST_ACC
 struct gvm_settings {
     size_t small_max;                       /* up to this: packed into shared chunks */
     size_t block_size;                      /* largest physical piece of an allocation */
+    size_t grow_block;                      /* largest piece of memory nothing is expected to move
+                                               (untagged, on its own device): fewer driver calls */
     double headroom;                        /* extra VA after a large allocation, x size */
     size_t cache_limit[GVM_MAX_DEVICES];    /* freed allocations kept mapped, per device */
     size_t pool_limit[GVM_MAX_DEVICES];     /* ready pieces kept per device */

@@ -578,6 +578,14 @@ static int check_option(int id, const union any_value *v, char *why, size_t n)
         }
         break;
     }
+    case GVM_OPT_grow_block: {
+        size_t b = v->v_size;
+        if (b < 2 * MIB || b > 64 * GIB || (b & (b - 1))) {
+            gvm_cfg_bprintf(why, n, "must be a power-of-two multiple of 2M between 2M and 64G");
+            return -1;
+        }
+        break;
+    }
     case GVM_OPT_headroom:
         if (!(v->v_ratio_pct >= 0.0 && v->v_ratio_pct <= 10.0)) {
             gvm_cfg_bprintf(why, n, "must be between 0%% and 1000%%");

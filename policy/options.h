@@ -36,6 +36,11 @@
     X(block_size, size, "64M",                                                 \
       "largest physical piece of a large allocation, the unit migrations "     \
       "pipeline (a power-of-two multiple of 2M, 2M to 1G)")                    \
+    X(grow_block, size, "16G",                                                 \
+      "largest physical piece of an untagged allocation on its own device, "   \
+      "created at allocation or by gvm_realloc growing it, while spill is "    \
+      "off (else block_size): fewer driver calls, but its first move to "      \
+      "host remaps it whole (a power-of-two multiple of 2M, 2M to 64G)")       \
     X(headroom, ratio_pct, "100%",                                             \
       "extra virtual address space reserved after each large allocation so "   \
       "it can grow in place, as a fraction of its size (0% to 1000%)")         \

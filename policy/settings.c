@@ -10,6 +10,9 @@ void gvm_policy_settings(const struct gvm_config *cfg, const struct gvm_topo *to
     out->block_size = cfg->block_size;
     out->headroom = cfg->headroom;
     out->host_pool = cfg->host_pool;
+    /* Spilled memory moves all the time: its pieces stay the unit moves
+     * pipeline. */
+    out->grow_block = cfg->spill.n ? cfg->block_size : cfg->grow_block;
     out->host_access = (int)cfg->host_access;
     for (int d = 0; d < topo->ndev; d++) {
         size_t total = topo->dev[d].total;
