@@ -22,6 +22,7 @@ void gvm_settings_defaults(struct gvm_settings *s)
         s->pool_limit[d] = (size_t)1 << 30;
     }
     s->host_pool = (size_t)4 << 30;
+    s->host_prefill = GVM_HOST_PREFILL_OFF;   /* tests ask for it */
     s->host_access = GVM_HOST_ACCESS_LAZY;
     for (int i = 0; i < GVM_LOC_SLOTS; i++) s->hold_limit[i] = SIZE_MAX;
 }
@@ -47,6 +48,9 @@ CUresult gvm_core_start(const struct gvm_settings *s)
     if (gvm_settings.host_access == GVM_HOST_ACCESS_LAZY && gvm_hostaccess_install())
         gvm_warn("cannot install the fault handler for lazy host access; granting it eagerly");
     __atomic_store_n(&core_state, 1, __ATOMIC_RELEASE);
+    if (gvm_settings.host_prefill == GVM_HOST_PREFILL_ON ||
+        (gvm_settings.host_prefill == GVM_HOST_PREFILL_AUTO && gvm_phys_prefill_hinted(GVM_LOC_HOST)))
+        gvm_phys_prefill(GVM_LOC_HOST);
     return CUDA_SUCCESS;
 }
 

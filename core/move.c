@@ -149,6 +149,8 @@ static CUresult plan_build(struct gvm_region *r, int loc, struct plan *p)
         p->ndst += g->nd;
     }
     if (!p->ng) return CUDA_SUCCESS;
+    /* The next move to host takes ready memory. */
+    if (loc == GVM_LOC_HOST) gvm_phys_prefill_hint(loc);
     /* All destinations before touching anything: failing here is free.
      * Idle memory at loc (cached regions, empty chunks) may be what stands
      * in the way of its limit: give it back and try once more. */

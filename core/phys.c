@@ -2,7 +2,9 @@
 
 #include "core/driver.h"
 #include "core/held.h"
+#include "core/core.h"
 #include "core/log.h"
+#include "core/settings.h"
 #include "core/topo.h"
 
 #include <pthread.h>
@@ -14,6 +16,10 @@ struct pool {
     struct gvm_phys *head;
     size_t bytes;
     size_t limit;
+    size_t filling;          /* bytes a prefill is creating for it now */
+    bool prefilled;          /* a prefill was started (once per process) */
+    bool hinted;             /* a prefill was asked for before the core ran */
+    bool fill_failed;        /* a prefill's creation failed: its other threads stop too */
 };
 
 static struct pool pools[GVM_LOC_SLOTS];
@@ -277,4 +283,129 @@ void gvm_phys_set_limit(int loc, size_t bytes)
     pools[gvm_loc_slot(loc)].limit = bytes;
     pthread_mutex_unlock(&pool_lock);
     if (gvm_phys_pooled(loc) > bytes) gvm_phys_trim(loc, gvm_phys_pooled(loc) - bytes);
+}
+
+/* ---- filling the pool ahead of need --------------------------------------- */
+
+/* Background threads per location: creating pinned host memory scales
+ * little past a few threads (8 threads: 1.4x one, H100 2026-11-22), and
+ * the program's own driver calls share the driver with them. */
+#define FILL_THREADS 4
+
+static pthread_mutex_t fill_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t fill_done = PTHREAD_COND_INITIALIZER;
+static int fill_running;
+static bool fill_stop;
+
+/* Claims the next piece to create for pl, under the pool lock, so that
+ * the pool and what is being created never pass its limit together. */
+static bool fill_claim(struct pool *pl, size_t piece)
+{
+    pthread_mutex_lock(&pool_lock);
+    bool more = !__atomic_load_n(&fill_stop, __ATOMIC_RELAXED) && !pl->fill_failed &&
+                pl->bytes + pl->filling + piece <= pl->limit;
+    if (more) pl->filling += piece;
+    pthread_mutex_unlock(&pool_lock);
+    return more;
+}
+
+/* Puts a created piece into the pool (NULL: its creation failed) and
+ * ends its claim, in one step. */
+static void fill_deliver(struct pool *pl, struct gvm_phys *p, size_t piece)
+{
+    pthread_mutex_lock(&pool_lock);
+    pl->filling -= piece;
+    if (!p) pl->fill_failed = true;
+    if (p) {
+        p->next = pl->head;
+        pl->head = p;
+        pl->bytes += p->size;
+    }
+    pthread_mutex_unlock(&pool_lock);
+}
+
+static void *fill_worker(void *arg)
+{
+    int loc = (int)(intptr_t)arg;
+    struct pool *pl = &pools[gvm_loc_slot(loc)];
+    size_t piece = gvm_settings.block_size;
+    while (fill_claim(pl, piece)) {
+        struct gvm_phys *p = NULL;
+        CUresult rc = gvm_phys_create(loc, piece, &p);
+        if (rc == CUDA_SUCCESS && (rc = map_staging(p)) != CUDA_SUCCESS) {
+            gvm_phys_destroy(p);   /* a stuck one is leaked there */
+            p = NULL;
+        }
+        fill_deliver(pl, p, piece);
+        if (rc != CUDA_SUCCESS) {
+            gvm_debug("filling the pool at %d stopped (driver error %d)", loc, rc);
+            break;
+        }
+    }
+    pthread_mutex_lock(&fill_lock);
+    if (--fill_running == 0) pthread_cond_broadcast(&fill_done);
+    pthread_mutex_unlock(&fill_lock);
+    return NULL;
+}
+
+static void fill_at_exit(void) { gvm_phys_prefill_wait(true); }
+
+/* A forked child has none of the parent's threads. */
+static void fill_after_fork(void) { fill_running = 0; }
+
+void gvm_phys_prefill(int loc)
+{
+    struct pool *pl = &pools[gvm_loc_slot(loc)];
+    if (__atomic_load_n(&pl->prefilled, __ATOMIC_RELAXED)) return;   /* tags push often */
+    pthread_mutex_lock(&pool_lock);
+    bool first = !pl->prefilled && pl->limit >= gvm_settings.block_size;
+    if (first) __atomic_store_n(&pl->prefilled, true, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&pool_lock);
+    if (!first) return;
+    static bool registered;
+    pthread_mutex_lock(&fill_lock);
+    if (!registered) {
+        /* Before the driver's own exit handlers, which run after it. */
+        registered = !atexit(fill_at_exit) && !pthread_atfork(NULL, NULL, fill_after_fork);
+    }
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    int started = 0;
+    for (; started < FILL_THREADS && registered; started++) {
+        pthread_t t;
+        if (pthread_create(&t, &attr, fill_worker, (void *)(intptr_t)loc)) break;
+        fill_running++;
+    }
+    pthread_attr_destroy(&attr);
+    pthread_mutex_unlock(&fill_lock);
+    gvm_debug("filling the pool at %d (%zu bytes) on %d threads", loc, pl->limit, started);
+}
+
+void gvm_phys_prefill_hint(int loc)
+{
+    if (gvm_settings.host_prefill != GVM_HOST_PREFILL_AUTO && gvm_core_active()) return;
+    if (gvm_core_active()) {
+        gvm_phys_prefill(loc);
+        return;
+    }
+    pthread_mutex_lock(&pool_lock);
+    pools[gvm_loc_slot(loc)].hinted = true;
+    pthread_mutex_unlock(&pool_lock);
+}
+
+bool gvm_phys_prefill_hinted(int loc)
+{
+    pthread_mutex_lock(&pool_lock);
+    bool h = pools[gvm_loc_slot(loc)].hinted;
+    pthread_mutex_unlock(&pool_lock);
+    return h;
+}
+
+void gvm_phys_prefill_wait(bool stop)
+{
+    if (stop) __atomic_store_n(&fill_stop, true, __ATOMIC_RELAXED);
+    pthread_mutex_lock(&fill_lock);
+    while (fill_running) pthread_cond_wait(&fill_done, &fill_lock);
+    pthread_mutex_unlock(&fill_lock);
 }

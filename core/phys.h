@@ -59,4 +59,24 @@ size_t gvm_phys_pooled(int loc);
 /* Pool limits, by location slot (see gvm_loc_slot). */
 void gvm_phys_set_limit(int loc, size_t bytes);
 
+/* Fills loc's pool up to its limit with staged pieces of the block size,
+ * on background threads, so that a first move there takes ready memory
+ * instead of paying for its creation (pinned host memory: ~250 ms/GiB in
+ * the driver). Once per process and location: a later call does nothing.
+ * Pieces count as held while they are created; a failed creation (a cap,
+ * the driver) ends the fill quietly, and moves create what they miss. */
+void gvm_phys_prefill(int loc);
+
+/* A sign that memory may move to loc (a tag pushed, a first move there):
+ * fills as gvm_phys_prefill does when the settings say auto, now if the
+ * core runs, else when it starts. */
+void gvm_phys_prefill_hint(int loc);
+
+/* Whether a hint came before the core started (core.c). */
+bool gvm_phys_prefill_hinted(int loc);
+
+/* Waits until no fill is running; with `stop`, ends running fills after
+ * the piece each is creating (at exit: no driver call may outlive it). */
+void gvm_phys_prefill_wait(bool stop);
+
 #endif

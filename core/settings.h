@@ -9,6 +9,10 @@
 
 enum gvm_host_access { GVM_HOST_ACCESS_EAGER, GVM_HOST_ACCESS_LAZY, GVM_HOST_ACCESS_OFF };
 
+/* When the host pool is filled ahead of need (core/phys.h): at the first
+ * sign that host memory is in play, at start, or never. */
+enum gvm_host_prefill { GVM_HOST_PREFILL_AUTO, GVM_HOST_PREFILL_ON, GVM_HOST_PREFILL_OFF };
+
 struct gvm_settings {
     size_t small_max;                       /* up to this: packed into shared chunks */
     size_t block_size;                      /* largest physical piece of an allocation */
@@ -18,6 +22,7 @@ struct gvm_settings {
     size_t cache_limit[GVM_MAX_DEVICES];    /* freed allocations kept mapped, per device */
     size_t pool_limit[GVM_MAX_DEVICES];     /* ready pieces kept per device */
     size_t host_pool;                       /* ready pinned host pieces */
+    int host_prefill;                       /* enum gvm_host_prefill */
     int host_access;                        /* enum gvm_host_access */
     size_t hold_limit[GVM_LOC_SLOTS];       /* most physical bytes held, by location slot; SIZE_MAX: none */
 };

@@ -257,7 +257,8 @@ static int parse_enum(const char *s, void *out, const struct gvm_option_info *o,
     gvm_opt_level_t e = (gvm_opt_level_t)v;
     _Static_assert(sizeof(gvm_opt_level_t) == sizeof(gvm_opt_host_access_t) &&
                        sizeof(gvm_opt_level_t) == sizeof(gvm_opt_spill_mode_t) &&
-                       sizeof(gvm_opt_level_t) == sizeof(gvm_opt_track_launches_t),
+                       sizeof(gvm_opt_level_t) == sizeof(gvm_opt_track_launches_t) &&
+                       sizeof(gvm_opt_level_t) == sizeof(gvm_opt_host_prefill_t),
                    "enum options share one representation");
     memcpy(out, &e, sizeof e);
     return 0;

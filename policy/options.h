@@ -50,6 +50,10 @@
       "ready physical pieces kept per device for migrations")                  \
     X(host_pool, size, "4G",                                                   \
       "ready pinned host pieces kept for migrations to host")                  \
+    X(host_prefill, host_prefill, "auto",                                      \
+      "create the host pool's pieces ahead of need on background threads: "   \
+      "auto (once host memory is in play: spill or a rule to host, a tag "     \
+      "pushed, a first move to host), on (at start), off (on demand only)")    \
     X(host_access, host_access, "lazy",                                        \
       "when the CPU gets access to host-resident allocations: at the move "    \
       "(eager), at its first CPU touch (lazy), never (off)")                   \
@@ -92,7 +96,8 @@
     E(level, GVM_LEVEL_VALUES)                                                 \
     E(host_access, GVM_HOST_ACCESS_VALUES)                                     \
     E(spill_mode, GVM_SPILL_MODE_VALUES)                                       \
-    E(track_launches, GVM_TRACK_LAUNCHES_VALUES)
+    E(track_launches, GVM_TRACK_LAUNCHES_VALUES)                               \
+    E(host_prefill, GVM_HOST_PREFILL_VALUES)
 
 /* Same order as enum gvm_log_level in core/log.h. */
 #define GVM_LEVEL_VALUES(V)                                                    \
@@ -115,6 +120,12 @@
     V(GVM_CFG_TRACK_AUTO, auto)                                                \
     V(GVM_CFG_TRACK_ON, on)                                                    \
     V(GVM_CFG_TRACK_OFF, off)
+
+/* Same order as enum gvm_host_prefill in core/settings.h. */
+#define GVM_HOST_PREFILL_VALUES(V)                                             \
+    V(GVM_CFG_PREFILL_AUTO, auto)                                              \
+    V(GVM_CFG_PREFILL_ON, on)                                                  \
+    V(GVM_CFG_PREFILL_OFF, off)
 
 /* The other types: T(type, "what a value looks like", for the help). */
 #define GVM_OPTION_TYPES(T)                                                    \

@@ -2,6 +2,17 @@
 
 struct gvm_config gvm_cfg;
 
+/* Whether the configuration itself sends memory to host: then the host
+ * pool is worth filling from the start. */
+static bool uses_host(const struct gvm_config *cfg)
+{
+    for (int i = 0; i < cfg->spill.n; i++)
+        if (cfg->spill.target[i] == GVM_SPILL_HOST) return true;
+    for (int i = 0; i < cfg->nrules; i++)
+        if (cfg->rules[i].place == GVM_RULE_PLACE_HOST) return true;
+    return false;
+}
+
 void gvm_policy_settings(const struct gvm_config *cfg, const struct gvm_topo *topo,
                          struct gvm_settings *out)
 {
@@ -13,6 +24,8 @@ void gvm_policy_settings(const struct gvm_config *cfg, const struct gvm_topo *to
     /* Spilled memory moves all the time: its pieces stay the unit moves
      * pipeline. */
     out->grow_block = cfg->spill.n ? cfg->block_size : cfg->grow_block;
+    out->host_prefill = (int)cfg->host_prefill;
+    if (cfg->host_prefill == GVM_CFG_PREFILL_AUTO && uses_host(cfg)) out->host_prefill = GVM_HOST_PREFILL_ON;
     out->host_access = (int)cfg->host_access;
     for (int d = 0; d < topo->ndev; d++) {
         size_t total = topo->dev[d].total;

@@ -2,6 +2,8 @@
 #include "policy/tags.h"
 
 #include "core/export.h"
+#include "core/location.h"
+#include "core/phys.h"
 #include "gvmshim.h"
 
 #include <pthread.h>
@@ -50,6 +52,9 @@ GVM_EXPORT gvm_status gvm_tag_push(const char *tag)
     int id = gvm_tag_id(tag, true);
     if (id < 0) return GVM_ERR_NO_MEMORY;
     stack[depth++] = id;
+    /* Tagged memory is what gvm_pause moves to host: have host memory
+     * ready by then. */
+    gvm_phys_prefill_hint(GVM_LOC_HOST);
     return GVM_OK;
 }
 
