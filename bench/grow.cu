@@ -1,0 +1,229 @@
+/* grow: gvm_realloc growing an allocation in place (S -> 2S) next to its
+ * native anchor measured in the same process: one cuMemCreate + cuMemMap +
+ * cuMemSetAccess of the extra S bytes into a range reserved beforehand
+ * (what a hand-written growable vector on the VMM API does).
+ *
+ * For each size S (default 1 GiB, 8 GiB; skipped when 3S does not fit in
+ * free device memory):
+ *  - anchor: reserve 2S, map the first S (untimed), then time create+map+
+ *    access of the second S; unmapped and released between rounds;
+ *  - shim (when gvmshim is preloaded): cudaMalloc(S), a kernel fills it,
+ *    then gvm_realloc(p, 2S) is timed; the base must not change (gvm_query),
+ *    the first S must hold the pattern and the new S must be writable (a
+ *    kernel checks both); gvm_realloc(p, S) shrinks it between rounds.
+ * The first round of each is reported as cold, the median of the others as
+ * warm. The anchor's handle asks for nothing but pinned device memory (the
+ * shim's pieces also ask for POSIX file-descriptor export and RDMA where
+ * the device offers them).
+ *
+ *     bench-grow [--sizes 1G,8G] [--rounds 5] */
+#define GT_FAIL_EXITS
+#include "gpu_test.h"
+#include "gvmshim.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+
+using namespace gt;
+
+static unsigned long long *g_bad;   /* pinned, mapped: [mismatches] */
+
+__device__ __host__ static inline uint32_t pattern(uint64_t i, uint32_t seed)
+{
+    uint32_t h = (uint32_t)i * 2654435761u ^ (uint32_t)(i >> 32) * 40503u ^ seed;
+    return h ^ (h >> 15);
+}
+
+__global__ void k_fill(uint32_t *p, size_t n, uint32_t seed)
+{
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        p[i] = pattern(i, seed);
+}
+
+__global__ void k_check(const uint32_t *p, size_t n, uint32_t seed, unsigned long long *bad)
+{
+    unsigned long long mine = 0;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        mine += p[i] != pattern(i, seed);
+    if (mine) atomicAdd(bad, mine);
+}
+
+static void fill(uint32_t *p, size_t n, uint32_t seed)
+{
+    k_fill<<<2048, 256>>>(p, n, seed);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+}
+
+static void check(const uint32_t *p, size_t n, uint32_t seed, const char *after)
+{
+    *g_bad = 0;
+    k_check<<<2048, 256>>>(p, n, seed, g_bad);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    if (*g_bad) fail_at(__FILE__, __LINE__, "after %s: %llu of %zu words are wrong", after, *g_bad, n);
+}
+
+static size_t parse_size(const char *s)
+{
+    char *end = nullptr;
+    double v = strtod(s, &end);
+    size_t m = 1;
+    if (end && (*end == 'M' || *end == 'm')) m = MiB;
+    if (end && (*end == 'G' || *end == 'g')) m = GiB;
+    return (size_t)(v * (double)m);
+}
+
+/* The driver's VMM calls, through entry points (no -lcuda: without a
+ * driver the program still starts, and skips). */
+struct Vmm {
+    decltype(&cuMemGetAllocationGranularity) granularity;
+    decltype(&cuMemAddressReserve) reserve;
+    decltype(&cuMemAddressFree) unreserve;
+    decltype(&cuMemCreate) create;
+    decltype(&cuMemRelease) release;
+    decltype(&cuMemMap) map;
+    decltype(&cuMemUnmap) unmap;
+    decltype(&cuMemSetAccess) access;
+};
+
+static Vmm vmm(void)
+{
+    Vmm v;
+    v.granularity = driver_fn<decltype(v.granularity)>("cuMemGetAllocationGranularity");
+    v.reserve = driver_fn<decltype(v.reserve)>("cuMemAddressReserve");
+    v.unreserve = driver_fn<decltype(v.unreserve)>("cuMemAddressFree");
+    v.create = driver_fn<decltype(v.create)>("cuMemCreate");
+    v.release = driver_fn<decltype(v.release)>("cuMemRelease");
+    v.map = driver_fn<decltype(v.map)>("cuMemMap");
+    v.unmap = driver_fn<decltype(v.unmap)>("cuMemUnmap");
+    v.access = driver_fn<decltype(v.access)>("cuMemSetAccess");
+    return v;
+}
+
+/* Native: time create+map+access of [base+S, base+2S) in a 2S reservation
+ * whose first half is mapped. Returns ms. */
+static double anchor_once(const Vmm &v, size_t s)
+{
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CUmemAccessDesc acc;
+    memset(&acc, 0, sizeof acc);
+    acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    acc.location.id = 0;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    size_t gran = 0;
+    CKD(v.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+    CUdeviceptr va = 0;
+    CKD(v.reserve(&va, 2 * s, gran, 0, 0));
+    CUmemGenericAllocationHandle h0, h1;
+    CKD(v.create(&h0, s, &prop, 0));
+    CKD(v.map(va, s, 0, h0, 0));
+    CKD(v.access(va, s, &acc, 1));
+    CK(cudaDeviceSynchronize());
+    double t0 = now_us();
+    CKD(v.create(&h1, s, &prop, 0));
+    CKD(v.map(va + s, s, 0, h1, 0));
+    CKD(v.access(va + s, s, &acc, 1));
+    double ms = (now_us() - t0) / 1000;
+    fill((uint32_t *)va, 2 * s / 4, 3);   /* the grown range works */
+    check((const uint32_t *)va, 2 * s / 4, 3, "the native growth");
+    CKD(v.unmap(va, 2 * s));
+    CKD(v.release(h0));
+    CKD(v.release(h1));
+    CKD(v.unreserve(va, 2 * s));
+    return ms;
+}
+
+static std::string row(const char *what, size_t s, const std::vector<double> &ms, int pieces)
+{
+    std::vector<double> warm(ms.begin() + 1, ms.end());
+    char nb[32];
+    printf("%-7s %8s -> 2x: first %8.3f ms  warm %8.3f ms (median of %zu)%s\n", what, human(s, nb, sizeof nb),
+           ms[0], median(warm), warm.size(), pieces ? format("  pieces %d", pieces).c_str() : "");
+    fflush(stdout);
+    Obj o;
+    o.str("what", what).n("size", (double)s).n("first_ms", ms[0]).n("warm_ms", median(warm));
+    o.add("all_ms", nums(ms)).n("pieces", pieces);
+    return o.done();
+}
+
+int main(int argc, char **argv)
+{
+    watchdog(300);
+    std::vector<size_t> sizes = {1 * GiB, 8 * GiB};
+    int rounds = 5;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
+            sizes.clear();
+            for (char *tok = strtok(argv[++i], ","); tok; tok = strtok(nullptr, ",")) sizes.push_back(parse_size(tok));
+        } else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
+            rounds = atoi(argv[++i]);
+        } else {
+            fprintf(stderr, "usage: %s [--sizes 1G,8G] [--rounds N]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (rounds < 2) rounds = 2;
+    device_count_or_skip();
+    CK(cudaSetDevice(0));
+    CK(cudaFree(nullptr));
+    CK(cudaHostAlloc((void **)&g_bad, sizeof *g_bad, cudaHostAllocMapped | cudaHostAllocPortable));
+    Vmm v = vmm();
+    Gvm g = load_gvm();
+    printf("gvmshim %s\n", g.present ? "preloaded: native anchor and gvm_realloc" : "absent: native anchor only");
+
+    std::vector<std::string> rows, skipped;
+    for (size_t s : sizes) {
+        char nb[32];
+        size_t dfree = 0, dtotal = 0;
+        CK(cudaMemGetInfo(&dfree, &dtotal));
+        if (dfree < 3 * s) {
+            printf("%-8s skipped: needs %zu MiB free, %zu free\n", human(s, nb, sizeof nb), 3 * s / MiB, dfree / MiB);
+            skipped.push_back(q(human(s, nb, sizeof nb)));
+            continue;
+        }
+        std::vector<double> nat;
+        for (int r = 0; r < rounds; r++) nat.push_back(anchor_once(v, s));
+        rows.push_back(row("native", s, nat, 1));
+        if (!g.present) continue;
+
+        uint32_t *p = nullptr;
+        CK(cudaMalloc((void **)&p, s));
+        gvm_info before, after;
+        CKG(g, g.query(p, &before));
+        if (before.reserved < 2 * s) {
+            printf("%-8s shim skipped: the reservation holds %zu MiB (GVM_HEADROOM below 100%%?)\n",
+                   human(s, nb, sizeof nb), before.reserved / MiB);
+            CK(cudaFree(p));
+            continue;
+        }
+        std::vector<double> shim;
+        for (int r = 0; r < rounds; r++) {
+            fill(p, s / 4, 7 + r);
+            double t0 = now_us();
+            CKG(g, g.realloc(p, 2 * s));
+            shim.push_back((now_us() - t0) / 1000);
+            CKG(g, g.query(p, &after));
+            if (after.base != before.base || after.size != 2 * s)
+                fail_at(__FILE__, __LINE__, "gvm_realloc moved or mis-sized the allocation: base %p -> %p, size %zu",
+                        before.base, after.base, after.size);
+            check(p, s / 4, 7 + r, "the growth (old half)");
+            k_fill<<<2048, 256>>>(p + s / 4, s / 4, 99);
+            CK(cudaGetLastError());
+            check(p + s / 4, s / 4, 99, "a write to the new half");
+            check(p, s / 4, 7 + r, "a write to the new half (old half)");
+            if (r + 1 < rounds) CKG(g, g.realloc(p, s));
+        }
+        rows.push_back(row("shim", s, shim, after.pieces - before.pieces));
+        CK(cudaFree(p));
+        CK(cudaDeviceSynchronize());
+    }
+    Obj o = header("grow", g.present);
+    o.n("rounds", rounds).add("skipped", list(skipped)).add("rows", list(rows));
+    emit(o);
+    return 0;
+}
