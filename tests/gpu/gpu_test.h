@@ -452,7 +452,11 @@ static inline std::string q(const std::string &s)
 static inline std::string num(double v)
 {
     char b[64];
-    snprintf(b, sizeof b, "%.6g", v);
+    /* Whole numbers (sizes, counts) exactly: %.6g made 1 GiB 1073740000. */
+    if (v == (double)(long long)v && v > -9007199254740992.0 && v < 9007199254740992.0)
+        snprintf(b, sizeof b, "%lld", (long long)v);
+    else
+        snprintf(b, sizeof b, "%.6g", v);
     return b;
 }
 
