@@ -350,13 +350,21 @@ static void *fill_worker(void *arg)
 
 static void fill_at_exit(void) { gvm_phys_prefill_wait(true); }
 
-/* A forked child has none of the parent's threads. */
-static void fill_after_fork(void) { fill_running = 0; }
+/* A forked child has none of the parent's threads, and must not wait at
+ * its exit on a lock one of them held at the fork. */
+static void fill_after_fork(void)
+{
+    pthread_mutex_init(&fill_lock, NULL);
+    pthread_cond_init(&fill_done, NULL);
+    fill_running = 0;
+    __atomic_store_n(&fill_stop, true, __ATOMIC_RELAXED);
+}
 
 void gvm_phys_prefill(int loc)
 {
     struct pool *pl = &pools[gvm_loc_slot(loc)];
     if (__atomic_load_n(&pl->prefilled, __ATOMIC_RELAXED)) return;   /* tags push often */
+    if (loc == GVM_LOC_HOST && !gvm_topo.host_vmm) return;
     pthread_mutex_lock(&pool_lock);
     bool first = !pl->prefilled && pl->limit >= gvm_settings.block_size;
     if (first) __atomic_store_n(&pl->prefilled, true, __ATOMIC_RELAXED);

@@ -166,24 +166,25 @@ static size_t piece_size(size_t remaining, size_t cap)
 }
 
 /* Host pieces are created on several threads at once (pinning is the slow
- * part and the kernel does it in parallel); NULL where none was made. */
-static struct gvm_phys **host_pieces(size_t len, size_t cap, int *n)
+ * part and the kernel does it in parallel). On failure none is kept. */
+static CUresult host_pieces(size_t len, size_t cap, struct gvm_phys ***out, int *n)
 {
     int count = 0;
     for (size_t o = 0; o < len; o += piece_size(len - o, cap)) count++;
     size_t *sizes = calloc((size_t)count, sizeof *sizes);
     struct gvm_phys **p = calloc((size_t)count, sizeof *p);
-    if (!sizes || !p) goto fail;
+    CUresult rc = sizes && p ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
     size_t o = 0;
-    for (int i = 0; i < count; i++) o += sizes[i] = piece_size(len - o, cap);
-    if (gvm_phys_get_many(GVM_LOC_HOST, sizes, count, false, p) != CUDA_SUCCESS) goto fail;
+    for (int i = 0; i < count && rc == CUDA_SUCCESS; i++) o += sizes[i] = piece_size(len - o, cap);
+    if (rc == CUDA_SUCCESS) rc = gvm_phys_get_many(GVM_LOC_HOST, sizes, count, false, p);
     free(sizes);
+    if (rc != CUDA_SUCCESS) {
+        free(p);
+        return rc;
+    }
+    *out = p;
     *n = count;
-    return p;
-fail:
-    free(sizes);
-    free(p);
-    return NULL;
+    return CUDA_SUCCESS;
 }
 
 size_t gvm_region_piece_cap(const struct gvm_region *r, int loc)
@@ -206,7 +207,8 @@ CUresult gvm_region_grow_by(struct gvm_region *r, size_t len, int loc, size_t ca
     CUresult rc = CUDA_SUCCESS;
     if (cap < gvm_topo.gran) cap = gvm_topo.gran;
     int nready = 0, used = 0;
-    struct gvm_phys **ready = loc == GVM_LOC_HOST ? host_pieces(len, cap, &nready) : NULL;
+    struct gvm_phys **ready = NULL;
+    if (loc == GVM_LOC_HOST && (rc = host_pieces(len, cap, &ready, &nready)) != CUDA_SUCCESS) return rc;
     while (off < end) {
         size_t sz = piece_size(end - off, cap);
         struct gvm_phys *p = NULL;
