@@ -277,6 +277,14 @@ size_t gvm_phys_pooled(int loc)
     return b;
 }
 
+void gvm_phys_raise_limit(int loc, size_t bytes)
+{
+    pthread_mutex_lock(&pool_lock);
+    struct pool *pl = &pools[gvm_loc_slot(loc)];
+    if (pl->limit < bytes) pl->limit = bytes;
+    pthread_mutex_unlock(&pool_lock);
+}
+
 void gvm_phys_set_limit(int loc, size_t bytes)
 {
     pthread_mutex_lock(&pool_lock);

@@ -59,6 +59,9 @@ size_t gvm_phys_pooled(int loc);
 /* Pool limits, by location slot (see gvm_loc_slot). */
 void gvm_phys_set_limit(int loc, size_t bytes);
 
+/* Raises loc's pool limit to `bytes` if it is lower (never lowers it). */
+void gvm_phys_raise_limit(int loc, size_t bytes);
+
 /* Fills loc's pool up to its limit with staged pieces of the block size,
  * on background threads, so that a first move there takes ready memory
  * instead of paying for its creation (pinned host memory: ~250 ms/GiB in

@@ -54,6 +54,10 @@
       "create the host pool's pieces ahead of need on background threads: "   \
       "auto (once host memory is in play: spill or a rule to host, a tag "     \
       "pushed, a first move to host), on (at start), off (on demand only)")    \
+    X(pause_pool, bool, "1",                                                   \
+      "the host pool grows to hold the largest gvm_pause that keeps a copy, "  \
+      "so the next pause finds its host memory ready (that much pinned host "  \
+      "memory stays held between pauses)")                                     \
     X(host_access, host_access, "lazy",                                        \
       "when the CPU gets access to host-resident allocations: at the move "    \
       "(eager), at its first CPU touch (lazy), never (off)")                   \

@@ -10,8 +10,10 @@
 #include "core/export.h"
 #include "core/heap.h"
 #include "core/live.h"
+#include "core/phys.h"
 #include "core/relocate.h"
 #include "core/topo.h"
+#include "policy/policy.h"
 #include "policy/tags.h"
 
 #include <stdlib.h>
@@ -41,6 +43,16 @@ static void pick(struct gvm_region *r, void *arg)
     l->r[l->n++] = r;
 }
 
+/* Creating pinned host memory costs ~250 ms/GiB: memory a resume gives
+ * back stays pooled for the next pause rather than being released and
+ * created again (pause_pool). */
+static void keep_room(const struct list *l)
+{
+    size_t bytes = 0;
+    for (size_t i = 0; i < l->n; i++) bytes += GVM_LOAD(l->r[i]->mapped);
+    gvm_phys_raise_limit(GVM_LOC_HOST, bytes);
+}
+
 static gvm_status run(const char *tag, bool resume, int flags)
 {
     if (!gvm_core_active()) return GVM_ERR_INACTIVE;
@@ -54,6 +66,7 @@ static gvm_status run(const char *tag, bool resume, int flags)
     gvm_live_for_each(pick, &l);
     unsigned how = resume ? GVM_RELOC_RESUME : GVM_RELOC_PAUSE;
     int loc = !resume && !(flags & GVM_PAUSE_DISCARD) ? GVM_LOC_HOST : GVM_LOC_NONE;
+    if (loc == GVM_LOC_HOST && gvm_policy.cfg && gvm_policy.cfg->pause_pool) keep_room(&l);
     CUresult rc = CUDA_SUCCESS;
     bool pinned = false;
     for (size_t i = 0; i < l.n && rc == CUDA_SUCCESS; i++) {

@@ -387,6 +387,38 @@ static void a_pause_larger_than_the_pool_failing_at_every_call(void)
     CHECK_EQ(simcuda_live_handles(), 0);
 }
 
+/* pause_pool: what a resume gives back stays ready for the next pause,
+ * past host_pool; off, the pool keeps host_pool only. */
+static void paused_memory_stays_ready_for_the_next_pause(bool keep)
+{
+    start_policy(pool_16m_auto);
+    cfg.pause_pool = keep;
+    CHECK_EQ(gvm_tag_push("kv"), GVM_OK);
+    uintptr_t a = palloc(40 * MiB);
+    CHECK_EQ(gvm_tag_pop(), GVM_OK);
+    fill(a, 40 * MiB, 61);
+    gvm_phys_prefill_wait(false);
+    for (int cycle = 0; cycle < 3; cycle++) {
+        simcuda_reset_counts();
+        CHECK_EQ(gvm_pause("kv", GVM_PAUSE_KEEP), GVM_OK);
+        if (cycle > 0 && keep) CHECK_EQ(simcuda_calls_of("cuMemCreate"), 0);
+        if (cycle > 0 && !keep) CHECK(simcuda_calls_of("cuMemCreate") > 0);
+        CHECK_EQ(where(a), GVM_HOST);
+        CHECK(intact(a, 40 * MiB, 61));
+        CHECK_EQ(gvm_resume("kv"), GVM_OK);
+        CHECK_EQ(where(a), 0);
+        CHECK(intact(a, 40 * MiB, 61));
+        CHECK_EQ(gvm_phys_pooled(GVM_LOC_HOST), keep ? 40 * MiB : 16 * MiB);
+    }
+    CHECK_EQ(gvm_policy_free(a), CUDA_SUCCESS);
+    trim_all();
+    CHECK_EQ(simcuda_live_handles(), 0);
+}
+
+static void a_resume_keeps_host_memory_for_the_next_pause(void) { paused_memory_stays_ready_for_the_next_pause(true); }
+
+static void without_pause_pool_the_pool_keeps_its_limit(void) { paused_memory_stays_ready_for_the_next_pause(false); }
+
 static const struct test_case cases[] = {
     TEST_ENTRY(a_first_allocation_is_few_pieces)
     TEST_ENTRY(growth_in_place_is_one_create_map_and_access)
@@ -401,6 +433,8 @@ static const struct test_case cases[] = {
     TEST_ENTRY(a_stopped_fill_creates_no_more)
     TEST_ENTRY(a_pushed_tag_readies_host_memory_for_the_pause)
     TEST_ENTRY(a_pause_larger_than_the_pool_failing_at_every_call)
+    TEST_ENTRY(a_resume_keeps_host_memory_for_the_next_pause)
+    TEST_ENTRY(without_pause_pool_the_pool_keeps_its_limit)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }
