@@ -156,6 +156,35 @@ static void growth_past_the_cap_is_refused_before_the_driver(void)
     CHECK(gvm_held_bytes(0) <= 100 * MiB);
 }
 
+/* The first move of a large piece: one source group, many destination
+ * pieces; failed at every call, it puts the large piece back. */
+static void first_move_of_a_large_piece_failing_at_every_call(void)
+{
+    start();
+    size_t n = 48 * MiB;
+    uintptr_t p = sim_alloc(n);
+    CHECK_EQ(pieces(p), 2);   /* 32 + 16 MiB */
+    fill(p, n, 71);
+    for (unsigned long k = 1;; k++) {
+        struct leaks base = leaks_now();
+        simcuda_fail_nth(k, CUDA_ERROR_UNKNOWN);
+        gvm_status st = gvm_migrate((void *)p, GVM_HOST);
+        simcuda_fail_nth(0, CUDA_SUCCESS);
+        CHECK(intact(p, n, 71));
+        if (st == GVM_OK) break;
+        CHECK_EQ(st, GVM_ERR_DRIVER);
+        CHECK_EQ(simcuda_location_of(p), 0);
+        CHECK_EQ(simcuda_location_of(p + n - 1), 0);
+        CHECK_EQ(pieces(p), 2);
+        CHECK_NO_LEAK(base);
+        CHECK(k < 2000);
+    }
+    CHECK_EQ(simcuda_location_of(p + n - 1), SIMCUDA_LOC_HOST);
+    CHECK_EQ(pieces(p), 24);   /* cut in block-size pieces for the moves to come */
+    CHECK_EQ(gvm_migrate((void *)p, 0), GVM_OK);
+    CHECK(intact(p, n, 71));
+}
+
 /* ---- the host pool filled ahead of need ------------------------------------ */
 
 static void host_pool_of(struct gvm_settings *s, size_t pool)
@@ -426,6 +455,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(large_piece_growth_failing_half_way)
     TEST_ENTRY(host_growth_on_threads_failing_half_way)
     TEST_ENTRY(growth_past_the_cap_is_refused_before_the_driver)
+    TEST_ENTRY(first_move_of_a_large_piece_failing_at_every_call)
     TEST_ENTRY(prefill_fills_the_pool_once_and_a_move_takes_it)
     TEST_ENTRY(prefill_failing_ends_quietly_without_a_leak)
     TEST_ENTRY(prefill_stays_under_the_host_cap)
