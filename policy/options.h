@@ -52,8 +52,9 @@
       "ready pinned host pieces kept for migrations to host")                  \
     X(host_prefill, host_prefill, "auto",                                      \
       "create the host pool's pieces ahead of need on background threads: "   \
-      "auto (once host memory is in play: spill or a rule to host, a tag "     \
-      "pushed, a first move to host), on (at start), off (on demand only)")    \
+      "auto (once host memory is in play: spill or a rule to host, host_pool " \
+      "set, a tag pushed, a first move to host), on (at start), off (on "      \
+      "demand only)")                                                          \
     X(pause_pool, bool, "1",                                                   \
       "the host pool grows to hold the largest gvm_pause that keeps a copy, "  \
       "so the next pause finds its host memory ready (that much pinned host "  \

@@ -2,10 +2,12 @@
 
 struct gvm_config gvm_cfg;
 
-/* Whether the configuration itself sends memory to host: then the host
- * pool is worth filling from the start. */
+/* Whether the configuration itself sends memory to host, or sizes the
+ * host pool (its user plans moves there): then the pool is worth filling
+ * from the start. */
 static bool uses_host(const struct gvm_config *cfg)
 {
+    if (cfg->origin[GVM_OPT_host_pool] != GVM_ORIGIN_DEFAULT && cfg->host_pool) return true;
     for (int i = 0; i < cfg->spill.n; i++)
         if (cfg->spill.target[i] == GVM_SPILL_HOST) return true;
     for (int i = 0; i < cfg->nrules; i++)

@@ -78,10 +78,54 @@ static void launches_are_tracked_when_spill_needs_them(void)
     CHECK(gvm_policy_tracks_launches(&cfg));
 }
 
+/* Memory that will move keeps the block size; the host pool fills from the
+ * start when the configuration shows host memory in play. */
+static void pieces_and_prefill_follow_the_configuration(void)
+{
+    static struct gvm_config cfg;
+    struct gvm_topo t = two_devices();
+    struct gvm_settings s;
+    load(&cfg, "");
+    gvm_policy_settings(&cfg, &t, &s);
+    CHECK_EQ(s.grow_block, 16 * GiB);
+    CHECK_EQ(s.host_prefill, GVM_HOST_PREFILL_AUTO);
+    load(&cfg, "spill = peer\n");
+    gvm_policy_settings(&cfg, &t, &s);
+    CHECK_EQ(s.grow_block, 64 * MiB);
+    CHECK_EQ(s.host_prefill, GVM_HOST_PREFILL_AUTO);
+    load(&cfg, "spill = host\ngrow_block = 1G\n");
+    gvm_policy_settings(&cfg, &t, &s);
+    CHECK_EQ(s.grow_block, 64 * MiB);
+    CHECK_EQ(s.host_prefill, GVM_HOST_PREFILL_ON);
+    load(&cfg, "grow_block = 1G\nhost_pool = 16G\n");
+    gvm_policy_settings(&cfg, &t, &s);
+    CHECK_EQ(s.grow_block, 1 * GiB);
+    CHECK_EQ(s.host_prefill, GVM_HOST_PREFILL_ON);
+    load(&cfg, "host_pool = 0\n");
+    gvm_policy_settings(&cfg, &t, &s);
+    CHECK_EQ(s.host_prefill, GVM_HOST_PREFILL_AUTO);
+    load(&cfg, "[rule big]\nsize = 1G-\nplace = host\n");
+    gvm_policy_settings(&cfg, &t, &s);
+    CHECK_EQ(s.host_prefill, GVM_HOST_PREFILL_ON);
+    load(&cfg, "spill = host\nhost_prefill = off\n");
+    gvm_policy_settings(&cfg, &t, &s);
+    CHECK_EQ(s.host_prefill, GVM_HOST_PREFILL_OFF);
+    char err[GVM_CFG_ERR_MAX];
+    const char *bad[] = {"3M", "1M", "128G", "0"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        gvm_config_defaults(&cfg);
+        CHECK(gvm_config_set(&cfg, "grow_block", bad[i], err, sizeof err) != 0);
+        CHECK(strstr(err, "power-of-two") != NULL);
+    }
+    CHECK_EQ(gvm_config_set(&cfg, "grow_block", "64G", err, sizeof err), 0);
+    CHECK(gvm_config_set(&cfg, "host_prefill", "sometimes", err, sizeof err) != 0);
+}
+
 static const struct test_case cases[] = {
     TEST_ENTRY(defaults_are_shares_of_each_device)
     TEST_ENTRY(every_option_reaches_the_settings)
     TEST_ENTRY(launches_are_tracked_when_spill_needs_them)
+    TEST_ENTRY(pieces_and_prefill_follow_the_configuration)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }
