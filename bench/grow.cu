@@ -16,13 +16,18 @@
  * shim's pieces also ask for POSIX file-descriptor export and RDMA where
  * the device offers them).
  *
- *     bench-grow [--sizes 1G,8G] [--rounds 5] */
+ * With --sweep S: natively, S in pieces of 64 MiB, 256 MiB, 1 GiB and S,
+ * created by 1, 4 or 8 threads, mapped in order, one access grant: what
+ * grow_block and parallel creation would buy on this driver.
+ *
+ *     bench-grow [--sizes 1G,8G] [--rounds 5] [--sweep 8G] */
 #define GT_FAIL_EXITS
 #include "gpu_test.h"
 #include "gvmshim.h"
 
 #include <cuda.h>
 #include <dlfcn.h>
+#include <thread>
 
 using namespace gt;
 
@@ -138,6 +143,50 @@ static double anchor_once(const Vmm &v, size_t s)
     return ms;
 }
 
+/* What piece size and threads cost natively: growing [S, 2S) in pieces of
+ * `piece` bytes, created by `threads` threads at once, mapped in order,
+ * one access grant over the span (what gvmshim does). Median ms of
+ * `rounds`. Tells which grow_block and whether parallel creation pays on
+ * this driver. */
+static double sweep_once(const Vmm &v, size_t s, size_t piece, int threads)
+{
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CUmemAccessDesc acc;
+    memset(&acc, 0, sizeof acc);
+    acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    acc.location.id = 0;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    size_t n = s / piece;
+    CUdeviceptr va = 0;
+    CKD(v.reserve(&va, s, piece, 0, 0));
+    std::vector<CUmemGenericAllocationHandle> h(n);
+    std::vector<CUresult> rc(n, CUDA_SUCCESS);
+    CK(cudaDeviceSynchronize());
+    double t0 = now_us();
+    if (threads <= 1) {
+        for (size_t i = 0; i < n; i++) rc[i] = v.create(&h[i], piece, &prop, 0);
+    } else {
+        std::vector<std::thread> t;
+        for (int k = 0; k < threads; k++)
+            t.emplace_back([&, k] {
+                for (size_t i = (size_t)k; i < n; i += (size_t)threads) rc[i] = v.create(&h[i], piece, &prop, 0);
+            });
+        for (auto &x : t) x.join();
+    }
+    for (size_t i = 0; i < n; i++) CKD(rc[i]);
+    for (size_t i = 0; i < n; i++) CKD(v.map(va + i * piece, piece, 0, h[i], 0));
+    CKD(v.access(va, s, &acc, 1));
+    double ms = (now_us() - t0) / 1000;
+    CKD(v.unmap(va, s));
+    for (size_t i = 0; i < n; i++) CKD(v.release(h[i]));
+    CKD(v.unreserve(va, s));
+    return ms;
+}
+
 static std::string row(const char *what, size_t s, const std::vector<double> &ms, int pieces)
 {
     std::vector<double> warm(ms.begin() + 1, ms.end());
@@ -156,14 +205,17 @@ int main(int argc, char **argv)
     watchdog(300);
     std::vector<size_t> sizes = {1 * GiB, 8 * GiB};
     int rounds = 5;
+    size_t sweep_size = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--sizes") && i + 1 < argc) {
             sizes.clear();
             for (char *tok = strtok(argv[++i], ","); tok; tok = strtok(nullptr, ",")) sizes.push_back(parse_size(tok));
         } else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
             rounds = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--sweep") && i + 1 < argc) {
+            sweep_size = parse_size(argv[++i]);
         } else {
-            fprintf(stderr, "usage: %s [--sizes 1G,8G] [--rounds N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--sizes 1G,8G] [--rounds N] [--sweep 8G]\n", argv[0]);
             return 2;
         }
     }
@@ -222,8 +274,30 @@ int main(int argc, char **argv)
         CK(cudaFree(p));
         CK(cudaDeviceSynchronize());
     }
+    std::vector<std::string> sweep;
+    if (sweep_size) {
+        size_t dfree = 0, dtotal = 0;
+        CK(cudaMemGetInfo(&dfree, &dtotal));
+        if (dfree < sweep_size + GiB) {
+            printf("sweep skipped: needs %zu MiB free\n", (sweep_size + GiB) / MiB);
+        } else {
+            for (size_t piece : {64 * MiB, 256 * MiB, 1 * GiB, sweep_size})
+                for (int threads : {1, 4, 8}) {
+                    if (piece > sweep_size || (piece == sweep_size && threads > 1)) continue;
+                    std::vector<double> ms;
+                    for (int r = 0; r < 3; r++) ms.push_back(sweep_once(v, sweep_size, piece, threads));
+                    char nb[32], pb[32];
+                    printf("sweep %s in pieces of %s, %d thread(s): %.3f ms\n", human(sweep_size, nb, sizeof nb),
+                           human(piece, pb, sizeof pb), threads, median(ms));
+                    Obj o;
+                    o.n("size", (double)sweep_size).n("piece", (double)piece).n("threads", threads);
+                    o.n("ms", median(ms));
+                    sweep.push_back(o.done());
+                }
+        }
+    }
     Obj o = header("grow", g.present);
-    o.n("rounds", rounds).add("skipped", list(skipped)).add("rows", list(rows));
+    o.n("rounds", rounds).add("skipped", list(skipped)).add("rows", list(rows)).add("sweep", list(sweep));
     emit(o);
     return 0;
 }

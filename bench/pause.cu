@@ -13,11 +13,16 @@
  * cudaMallocHost buffer must not warm anything up): pinned cudaMemcpy D2H
  * and H2D of min(size, 1 GiB), median of 5.
  *
- *     bench-pause [--size 1G] [--cycles 3] [--settle-ms 0] */
+ * --create-probe: at the end, the rate of creating pinned host memory
+ * natively (1, 4, 8 threads), what bounds a move to host without ready
+ * memory.
+ *
+ *     bench-pause [--size 1G] [--cycles 3] [--settle-ms 0] [--create-probe] */
 #define GT_FAIL_EXITS
 #include "gpu_test.h"
 #include "gvmshim.h"
 
+#include <cuda.h>
 #include <dlfcn.h>
 #include <thread>
 
@@ -91,6 +96,38 @@ template <typename F> static double link_gbps(size_t n, F copy)
     return median(v);
 }
 
+/* GB/s of creating (and releasing, untimed) 1 GiB of pinned host memory
+ * in 64 MiB pieces on `threads` threads: the rate that bounds a move to
+ * host without ready memory, and the background fill's. */
+static double host_create_gbps(int threads)
+{
+    auto create = driver_fn<decltype(&cuMemCreate)>("cuMemCreate");
+    auto release = driver_fn<decltype(&cuMemRelease)>("cuMemRelease");
+    auto attr = driver_fn<decltype(&cuDeviceGetAttribute)>("cuDeviceGetAttribute");
+    int numa = 0, numa_vmm = 0;
+    attr(&numa, CU_DEVICE_ATTRIBUTE_HOST_NUMA_ID, 0);
+    attr(&numa_vmm, CU_DEVICE_ATTRIBUTE_HOST_NUMA_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, 0);
+    CUmemAllocationProp prop;
+    memset(&prop, 0, sizeof prop);
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = numa_vmm ? CU_MEM_LOCATION_TYPE_HOST_NUMA : CU_MEM_LOCATION_TYPE_HOST;
+    prop.location.id = numa_vmm && numa >= 0 ? numa : 0;
+    const size_t piece = 64 * MiB, n = GiB / piece;
+    std::vector<CUmemGenericAllocationHandle> h(n);
+    std::vector<CUresult> rc(n, CUDA_SUCCESS);
+    double t0 = now_us();
+    std::vector<std::thread> t;
+    for (int k = 0; k < threads; k++)
+        t.emplace_back([&, k] {
+            for (size_t i = (size_t)k; i < n; i += (size_t)threads) rc[i] = create(&h[i], piece, &prop, 0);
+        });
+    for (auto &x : t) x.join();
+    double us = now_us() - t0;
+    for (size_t i = 0; i < n; i++) CKD(rc[i]);
+    for (size_t i = 0; i < n; i++) CKD(release(h[i]));
+    return (double)GiB / (us * 1e3);
+}
+
 template <typename F> static double timed_ms(F call)
 {
     CK(cudaDeviceSynchronize());
@@ -104,6 +141,7 @@ int main(int argc, char **argv)
     watchdog(300);
     size_t size = GiB;
     int cycles = 3, settle_ms = 0;
+    bool probe = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--size") && i + 1 < argc) {
             size = parse_size(argv[++i]);
@@ -111,8 +149,10 @@ int main(int argc, char **argv)
             cycles = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--settle-ms") && i + 1 < argc) {
             settle_ms = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--create-probe")) {
+            probe = true;
         } else {
-            fprintf(stderr, "usage: %s [--size 1G] [--cycles N] [--settle-ms MS]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--size 1G] [--cycles N] [--settle-ms MS] [--create-probe]\n", argv[0]);
             return 2;
         }
     }
@@ -181,11 +221,21 @@ int main(int argc, char **argv)
     CK(cudaFreeHost(h));
     CK(cudaFree(d));
     printf("link: D2H %.2f GB/s, H2D %.2f GB/s\n", d2h, h2d);
+    std::vector<std::string> create_rates;
+    if (probe)
+        for (int threads : {1, 4, 8}) {
+            double r = host_create_gbps(threads);
+            printf("creating pinned host memory (64 MiB pieces), %d thread(s): %.2f GB/s\n", threads, r);
+            Obj c;
+            c.n("threads", threads).n("gbps", r);
+            create_rates.push_back(c.done());
+        }
 
     Obj o = header("pause", true);
     o.n("size", (double)size).n("cycles", cycles).n("settle_ms", settle_ms);
     o.add("pause_ms", nums(pause_ms)).add("resume_ms", nums(resume_ms));
     o.n("d2h_gbps", d2h).n("h2d_gbps", h2d).n("link_bytes", (double)link_n).str("checksum", "ok");
+    o.add("host_create", list(create_rates));
     emit(o);
     return 0;
 }
