@@ -323,11 +323,12 @@ static void fill_deliver(struct pool *pl, struct gvm_phys *p, size_t piece)
 {
     pthread_mutex_lock(&pool_lock);
     pl->filling -= piece;
-    if (!p) pl->fill_failed = true;
     if (p) {
         p->next = pl->head;
         pl->head = p;
         pl->bytes += p->size;
+    } else {
+        pl->fill_failed = true;
     }
     pthread_mutex_unlock(&pool_lock);
 }
@@ -374,7 +375,8 @@ void gvm_phys_prefill(int loc)
     if (__atomic_load_n(&pl->prefilled, __ATOMIC_RELAXED)) return;   /* tags push often */
     if (loc == GVM_LOC_HOST && !gvm_topo.host_vmm) return;
     pthread_mutex_lock(&pool_lock);
-    bool first = !pl->prefilled && pl->limit >= gvm_settings.block_size;
+    size_t limit = pl->limit;
+    bool first = !pl->prefilled && limit >= gvm_settings.block_size;
     if (first) __atomic_store_n(&pl->prefilled, true, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&pool_lock);
     if (!first) return;
@@ -395,19 +397,20 @@ void gvm_phys_prefill(int loc)
     }
     pthread_attr_destroy(&attr);
     pthread_mutex_unlock(&fill_lock);
-    gvm_debug("filling the pool at %d (%zu bytes) on %d threads", loc, pl->limit, started);
+    gvm_debug("filling the pool at %d (%zu bytes) on %d threads", loc, limit, started);
 }
 
 void gvm_phys_prefill_hint(int loc)
 {
-    if (gvm_settings.host_prefill != GVM_HOST_PREFILL_AUTO && gvm_core_active()) return;
-    if (gvm_core_active()) {
-        gvm_phys_prefill(loc);
-        return;
+    if (!gvm_core_active()) {
+        pthread_mutex_lock(&pool_lock);
+        pools[gvm_loc_slot(loc)].hinted = true;
+        pthread_mutex_unlock(&pool_lock);
+        /* The core may have started meanwhile, before it could see the
+         * hint: then act on it here (the core reads it after going active). */
+        if (!gvm_core_active()) return;
     }
-    pthread_mutex_lock(&pool_lock);
-    pools[gvm_loc_slot(loc)].hinted = true;
-    pthread_mutex_unlock(&pool_lock);
+    if (gvm_settings.host_prefill == GVM_HOST_PREFILL_AUTO) gvm_phys_prefill(loc);
 }
 
 bool gvm_phys_prefill_hinted(int loc)

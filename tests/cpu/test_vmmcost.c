@@ -416,6 +416,27 @@ static void a_pause_larger_than_the_pool_failing_at_every_call(void)
     CHECK_EQ(simcuda_live_handles(), 0);
 }
 
+/* A tag pushed before the program's first CUDA call: the fill starts with
+ * the core. */
+static void a_hint_before_the_core_starts_is_kept(void)
+{
+    gvm_phys_prefill_hint(GVM_LOC_HOST);
+    sim_start(2, 512 * MiB, pool_64m_auto);
+    gvm_phys_prefill_wait(false);
+    CHECK_EQ(gvm_phys_pooled(GVM_LOC_HOST), 64 * MiB);
+}
+
+/* Off: no sign starts a fill. */
+static void no_fill_when_off(void)
+{
+    sim_start(2, 512 * MiB, pool_64m);
+    gvm_phys_prefill_hint(GVM_LOC_HOST);
+    uintptr_t p = sim_alloc(8 * MiB);
+    CHECK_EQ(gvm_migrate((void *)p, GVM_HOST), GVM_OK);
+    gvm_phys_prefill_wait(false);
+    CHECK_EQ(gvm_phys_pooled(GVM_LOC_HOST), 0);
+}
+
 /* pause_pool: what a resume gives back stays ready for the next pause,
  * past host_pool; off, the pool keeps host_pool only. */
 static void paused_memory_stays_ready_for_the_next_pause(bool keep)
@@ -463,6 +484,8 @@ static const struct test_case cases[] = {
     TEST_ENTRY(a_stopped_fill_creates_no_more)
     TEST_ENTRY(a_pushed_tag_readies_host_memory_for_the_pause)
     TEST_ENTRY(a_pause_larger_than_the_pool_failing_at_every_call)
+    TEST_ENTRY(a_hint_before_the_core_starts_is_kept)
+    TEST_ENTRY(no_fill_when_off)
     TEST_ENTRY(a_resume_keeps_host_memory_for_the_next_pause)
     TEST_ENTRY(without_pause_pool_the_pool_keeps_its_limit)
 };
