@@ -97,10 +97,11 @@ enum {
     GVM_ORIGIN_DEFAULT = 0,
     GVM_ORIGIN_ENV = -1,
     GVM_ORIGIN_PROGRAM = -2,    /* gvm_config_set(), or a file given to the loader */
+    GVM_ORIGIN_CONTROL = -3,    /* changed in the running process by gvmctl set */
 };
 
 struct gvm_config {
-#define GVM_CFG_FIELD(name, type, def, doc) gvm_opt_##type##_t name;
+#define GVM_CFG_FIELD(name, type, def, when, doc) gvm_opt_##type##_t name;
     GVM_OPTIONS(GVM_CFG_FIELD)
 #undef GVM_CFG_FIELD
     struct gvm_rule rules[GVM_CFG_MAX_RULES];
@@ -116,6 +117,7 @@ struct gvm_option_info {
     const char *type;     /* type name: "size" */
     const char *def;      /* default, as text; "none" here lets the option be none */
     const char *doc;
+    bool live;            /* gvmctl set may change it while the process runs */
     size_t offset, size;  /* of the field in struct gvm_config */
 };
 extern const struct gvm_option_info gvm_options[GVM_OPT_COUNT];
@@ -159,6 +161,9 @@ int gvm_config_set(struct gvm_config *cfg, const char *name, const char *value,
 
 /* Option by file key; -1 when there is none. */
 int gvm_option_find(const char *name);
+
+/* Option id's value in cfg, as the config file writes it ("64M", "peer,host"). */
+void gvm_config_format(const struct gvm_config *cfg, int id, char *buf, size_t n);
 
 /* The number of bytes v stands for on a device of device_total bytes:
  * a percentage of device_total, or SIZE_MAX for none. */

@@ -22,7 +22,8 @@ static const char file_syntax[] =
 void gvm_config_print_help(FILE *out)
 {
     fprintf(out, "gvmshim options. Sources, later wins: built-in defaults, the file named\n"
-                 "by GVM_CONFIG, environment variables GVM_<NAME>.\n\n");
+                 "by GVM_CONFIG, environment variables GVM_<NAME>. Those marked live can\n"
+                 "also change in a running process: gvmctl set PID NAME=VALUE.\n\n");
     for (int i = 0; i < GVM_OPT_COUNT; i++) {
         const struct gvm_option_info *o = &gvm_options[i];
         const struct gvm_cfg_type *t = gvm_cfg_type_of(i);
@@ -31,7 +32,9 @@ void gvm_config_print_help(FILE *out)
         fprintf(out, "GVM_%s%s\n", env, i == GVM_OPT_config ? " (environment only)" : "");
         fprintf(out, "    file key: %s; default: %s\n", o->name, o->def[0] ? o->def : "(empty)");
         fprintf(out, "    %s: %s%s\n", t->name, t->doc, gvm_cfg_allow_none(o) ? ", or none" : "");
-        fprintf(out, "    %s\n\n", o->doc);
+        fprintf(out, "    %s\n", o->doc);
+        if (o->live) fprintf(out, "    live: gvmctl set PID %s=VALUE changes it in a running process\n", o->name);
+        fputc('\n', out);
     }
     fputs(file_syntax, out);
 }
@@ -46,8 +49,8 @@ static void md_escaped(FILE *out, const char *s)
 
 void gvm_config_print_markdown(FILE *out)
 {
-    fprintf(out, "| Environment | File key | Type | Default | Description |\n"
-                 "|---|---|---|---|---|\n");
+    fprintf(out, "| Environment | File key | Type | Default | Live | Description |\n"
+                 "|---|---|---|---|---|---|\n");
     for (int i = 0; i < GVM_OPT_COUNT; i++) {
         const struct gvm_option_info *o = &gvm_options[i];
         const struct gvm_cfg_type *t = gvm_cfg_type_of(i);
@@ -59,6 +62,7 @@ void gvm_config_print_markdown(FILE *out)
         md_escaped(out, t->words ? t->doc : t->name);
         fprintf(out, " | %s%s%s | ", o->def[0] ? "`" : "", o->def[0] ? o->def : "(empty)",
                 o->def[0] ? "`" : "");
+        fprintf(out, "%s | ", o->live ? "yes" : "");
         md_escaped(out, o->doc);
         fprintf(out, " |\n");
     }
@@ -117,6 +121,8 @@ void gvm_config_dump_lines(const struct gvm_config *cfg,
             snprintf(from, sizeof from, "GVM_%s", env);
         else if (origin == GVM_ORIGIN_PROGRAM)
             snprintf(from, sizeof from, "set by the program");
+        else if (origin == GVM_ORIGIN_CONTROL)
+            snprintf(from, sizeof from, "set by gvmctl");
         else
             snprintf(from, sizeof from, "default");
         gvm_cfg_bprintf(line, sizeof line, "%s%s = %s  # %s%s", i == GVM_OPT_config ? "# " : "",

@@ -53,15 +53,16 @@ const struct gvm_cfg_type gvm_cfg_types[GVM_TYPE_COUNT] = {
 };
 
 const struct gvm_option_info gvm_options[GVM_OPT_COUNT] = {
-#define OPTION_INFO(name, type, def, doc)                                      \
-    [GVM_OPT_##name] = {#name, #type, def, doc, offsetof(struct gvm_config, name), \
+#define OPTION_INFO(name, type, def, when, doc)                                \
+    [GVM_OPT_##name] = {#name, #type, def, doc, GVM_OPTION_LIVE(when),         \
+                        offsetof(struct gvm_config, name),                     \
                         sizeof(((struct gvm_config *)0)->name)},
     GVM_OPTIONS(OPTION_INFO)
 #undef OPTION_INFO
 };
 
 static const unsigned char option_type[GVM_OPT_COUNT] = {
-#define OPTION_TYPE(name, type, def, doc) [GVM_OPT_##name] = GVM_TYPE_##type,
+#define OPTION_TYPE(name, type, def, when, doc) [GVM_OPT_##name] = GVM_TYPE_##type,
     GVM_OPTIONS(OPTION_TYPE)
 #undef OPTION_TYPE
 };
@@ -78,6 +79,12 @@ int gvm_option_find(const char *name)
     for (int i = 0; i < GVM_OPT_COUNT; i++)
         if (strcmp(name, gvm_options[i].name) == 0) return i;
     return -1;
+}
+
+void gvm_config_format(const struct gvm_config *cfg, int id, char *buf, size_t n)
+{
+    const struct gvm_cfg_type *t = gvm_cfg_type_of(id);
+    t->format((const char *)cfg + gvm_options[id].offset, t->words, buf, n);
 }
 
 /* ---- numbers ------------------------------------------------------------ */

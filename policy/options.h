@@ -1,10 +1,13 @@
 /* The one list of gvmshim's options.
  *
- * Every option is one line X(name, type, default_text, "doc"): the name is
- * the file key and, uppercased after "GVM_", the environment variable. From
- * this list alone come the option enum, the fields of struct gvm_config,
- * the parser dispatch, the defaults (default_text goes through the same
- * parser as user input), --help-config, the README table and the dump.
+ * Every option is one line X(name, type, default_text, when, "doc"): the
+ * name is the file key and, uppercased after "GVM_", the environment
+ * variable. `when` is `live` for an option `gvmctl set` may change in a
+ * running process (policy/live.c applies it), `start` for one that holds
+ * from the start to the exit. From this list alone come the option enum,
+ * the fields of struct gvm_config, the parser dispatch, the defaults
+ * (default_text goes through the same parser as user input),
+ * --help-config, the README table and the dump.
  *
  * To add an option: add a line here (and a case to check_option() in
  * config_types.c if its type alone does not bound it). To add a set of words:
@@ -19,80 +22,80 @@
 #define GVM_POLICY_OPTIONS_H
 
 #define GVM_OPTIONS(X)                                                         \
-    X(disable, bool, "0",                                                      \
+    X(disable, bool, "0", start,                                               \
       "pure pass-through: gvmshim serves nothing")                             \
-    X(log, level, "warn",                                                      \
+    X(log, level, "warn", live,                                                \
       "stderr logging, lines prefixed 'gvmshim:'")                             \
-    X(stats, string, "",                                                       \
+    X(stats, string, "", start,                                                \
       "1: print a summary to stderr at exit; any other value is a path the "   \
       "summary is written to as JSON; empty: off")                             \
-    X(config, path, "",                                                        \
+    X(config, path, "", start,                                                 \
       "configuration file to read (environment only)")                         \
-    X(libcuda, path, "libcuda.so.1",                                           \
+    X(libcuda, path, "libcuda.so.1", start,                                    \
       "driver library gvmshim loads")                                          \
-    X(small_max, size, "1M",                                                   \
+    X(small_max, size, "1M", start,                                            \
       "allocations up to this size are packed into shared 2 MiB chunks "       \
       "(0 to 1M)")                                                             \
-    X(block_size, size, "64M",                                                 \
+    X(block_size, size, "64M", start,                                          \
       "largest physical piece of a large allocation, the unit migrations "     \
       "pipeline (a power-of-two multiple of 2M, 2M to 1G)")                    \
-    X(grow_block, size, "16G",                                                 \
+    X(grow_block, size, "16G", start,                                          \
       "largest physical piece of an untagged allocation on its own device, "   \
       "created at allocation or by gvm_realloc growing it, while spill is "    \
       "off (else block_size): fewer driver calls, but its first move to "      \
       "host remaps it whole (a power-of-two multiple of 2M, 2M to 64G)")       \
-    X(headroom, ratio_pct, "100%",                                             \
+    X(headroom, ratio_pct, "100%", start,                                      \
       "extra virtual address space reserved after each large allocation so "   \
       "it can grow in place, as a fraction of its size (0% to 1000%)")         \
-    X(cache_limit, size_pct_dev, "10%",                                        \
+    X(cache_limit, size_pct_dev, "10%", start,                                 \
       "freed allocations kept mapped for reuse, per device")                   \
-    X(pool_limit, size_pct_dev, "5%",                                          \
+    X(pool_limit, size_pct_dev, "5%", start,                                   \
       "ready physical pieces kept per device for migrations")                  \
-    X(host_pool, size, "4G",                                                   \
+    X(host_pool, size, "4G", start,                                            \
       "ready pinned host pieces kept for migrations to host")                  \
-    X(host_prefill, host_prefill, "auto",                                      \
+    X(host_prefill, host_prefill, "auto", start,                               \
       "create the host pool's pieces ahead of need on background threads: "   \
       "auto (once host memory is in play: spill or a rule to host, host_pool " \
       "set, a tag pushed, a first move to host), on (at start), off (on "      \
       "demand only)")                                                          \
-    X(pause_pool, bool, "1",                                                   \
+    X(pause_pool, bool, "1", start,                                            \
       "the host pool grows to hold the largest gvm_pause that keeps a copy, "  \
       "so the next pause finds its host memory ready (that much pinned host "  \
       "memory stays held between pauses)")                                     \
-    X(host_access, host_access, "lazy",                                        \
+    X(host_access, host_access, "lazy", start,                                 \
       "when the CPU gets access to host-resident allocations: at the move "    \
       "(eager), at its first CPU touch (lazy), never (off)")                   \
-    X(device_limit, size_pct_dev, "none",                                      \
+    X(device_limit, size_pct_dev, "none", live,                                \
       "most memory gvmshim lets the program hold on each device "              \
       "(none: the device's capacity)")                                         \
-    X(host_limit, size, "none",                                                \
+    X(host_limit, size, "none", live,                                          \
       "most host memory gvmshim uses for spilled or migrated allocations "     \
       "(none: unlimited)")                                                     \
-    X(spill, spill, "off",                                                     \
+    X(spill, spill, "off", live,                                               \
       "where allocations go when a device is at its limit: off (fail as "      \
       "natively) or the targets peer, host in the order to try")               \
-    X(spill_mode, spill_mode, "evict",                                         \
+    X(spill_mode, spill_mode, "evict", live,                                   \
       "make room by moving least recently used allocations out (evict) or "    \
       "put the new allocation on the spill target (place)")                    \
-    X(promote, bool, "1",                                                      \
+    X(promote, bool, "1", live,                                                \
       "bring spilled allocations back when room returns and they are used "    \
       "again")                                                                 \
-    X(promote_rate, size, "8G",                                                \
+    X(promote_rate, size, "8G", live,                                          \
       "at most this many bytes promoted per second (more than 0)")             \
-    X(promote_interval, millis, "50ms",                                        \
+    X(promote_interval, millis, "50ms", live,                                  \
       "how often the promoter looks (1ms to 1h)")                              \
-    X(track_launches, track_launches, "auto",                                  \
+    X(track_launches, track_launches, "auto", start,                           \
       "scan kernel launch arguments for recency (auto: only when spill is "    \
       "on)")                                                                   \
-    X(control, bool, "1",                                                      \
+    X(control, bool, "1", start,                                               \
       "serve gvmctl: a control socket per process, in a private runtime "      \
       "directory ($XDG_RUNTIME_DIR/gvmshim or /tmp/gvmshim-UID), same user "   \
       "only")                                                                  \
-    X(trace, string, "",                                                       \
+    X(trace, string, "", start,                                                \
       "a path (%p: the process id) to write a timeline of moves and memory "   \
       "per location to, in the Chrome trace-event format (Perfetto); empty: "  \
       "off")                                                                   \
-    X(trace_max, size, "64M",                                                  \
+    X(trace_max, size, "64M", start,                                           \
       "the trace file stops growing at this size (at least 4K)")
 
 /* Types that are a set of words: E(type, VALUES), where VALUES(V) lists
@@ -145,8 +148,13 @@
     T(path, "a file path")                                                     \
     T(string, "text")
 
+/* `when` as a truth value: GVM_OPTION_LIVE(when). */
+#define GVM_OPTION_LIVE_live 1
+#define GVM_OPTION_LIVE_start 0
+#define GVM_OPTION_LIVE(when) GVM_OPTION_LIVE_##when
+
 enum gvm_option {
-#define GVM_OPTION_ENUM(name, type, def, doc) GVM_OPT_##name,
+#define GVM_OPTION_ENUM(name, type, def, when, doc) GVM_OPT_##name,
     GVM_OPTIONS(GVM_OPTION_ENUM)
 #undef GVM_OPTION_ENUM
     GVM_OPT_COUNT

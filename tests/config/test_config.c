@@ -897,12 +897,20 @@ static void test_docs(void)
                       "    host_access: eager|lazy|off\n") != NULL);
     CHECK(strstr(buf, "GVM_HOST_LIMIT\n    file key: host_limit; default: none\n") != NULL);
     CHECK(strstr(buf, "[rule NAME]") != NULL);
+    /* Which options gvmctl set may change comes from the table, and shows. */
+    int live = 0;
+    for (int i = 0; i < GVM_OPT_COUNT; i++) live += gvm_options[i].live;
+    CHECK(live >= 8 && count(buf, "    live: gvmctl set PID ") == live);
+    CHECK(strstr(buf, "(none: the device's capacity)\n    live: gvmctl set PID device_limit=VALUE") != NULL);
+    CHECK(gvm_options[GVM_OPT_device_limit].live && gvm_options[GVM_OPT_spill].live &&
+          !gvm_options[GVM_OPT_block_size].live);
 
     f = fmemopen(buf, sizeof buf, "w");
     gvm_config_print_markdown(f);
     fclose(f);
     CHECK(count(buf, "| `GVM_") == GVM_OPT_COUNT);
-    CHECK(strstr(buf, "| `GVM_BLOCK_SIZE` | `block_size` | size | `64M` |") != NULL);
+    CHECK(strstr(buf, "| `GVM_BLOCK_SIZE` | `block_size` | size | `64M` |  |") != NULL);
+    CHECK(strstr(buf, "| `GVM_DEVICE_LIMIT` | `device_limit` | size_pct_dev | `none` | yes |") != NULL);
     CHECK(strstr(buf, "| `GVM_LOG` | `log` | error\\|warn\\|info\\|debug | `warn` |") != NULL);
     CHECK(strstr(buf, "| `GVM_CONFIG` | (environment only) |") != NULL);
 }
