@@ -177,14 +177,14 @@ __attribute__((constructor)) static void gvm_shim_configure(void)
         (void)w;
         _exit(1);
     }
-    gvm_log_level = (int)gvm_cfg.log;
+    gvm_log_set_level((int)gvm_cfg.log);
     if (gvm_cfg.env_ignored)
         gvm_warn("privileged process (setuid, setgid or capabilities): GVM_* variables "
                  "ignored, running with the defaults");
     tracks_launches = gvm_policy_tracks_launches(&gvm_cfg);
     if (gvm_cfg.disable) gvm_core_set_active(false);
     pthread_atfork(NULL, NULL, after_fork_child);
-    if (gvm_log_level >= GVM_LOG_DEBUG) gvm_config_dump_lines(&gvm_cfg, log_line, NULL);
+    if (gvm_log_get_level() >= GVM_LOG_DEBUG) gvm_config_dump_lines(&gvm_cfg, log_line, NULL);
 }
 
 __attribute__((destructor)) static void gvm_shim_report(void)

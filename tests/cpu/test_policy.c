@@ -344,7 +344,7 @@ static void threshold_rule_places_large_allocations_in_host_memory(void)
 
 static void failure_while_spilling_keeps_data(void)
 {
-    gvm_log_level = GVM_LOG_ERROR;   /* every round logs its injected failure */
+    gvm_log_set_level(GVM_LOG_ERROR);   /* every round logs its injected failure */
     const char *kv[] = {"device_limit", "0:64M", "spill", "host", "promote", "0", NULL};
     start_policy(kv);
     uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
@@ -548,7 +548,7 @@ static void the_cap_is_enforced_below_the_policy(void)
  * no data, leaks nothing, and never passes the limit. */
 static void failure_during_a_swap_keeps_data(void)
 {
-    gvm_log_level = GVM_LOG_ERROR;
+    gvm_log_set_level(GVM_LOG_ERROR);
     const char *kv[] = {"device_limit", "0:16M", "spill", "host", "promote_interval", "3600s", NULL};
     start_limited(kv);
     struct leaks base = leaks_now();
