@@ -15,15 +15,10 @@
 
 CUresult gvm_policy_start(const struct gvm_config *cfg)
 {
-    struct gvm_policy *p = &gvm_policy;
-    p->cfg = cfg;
+    __atomic_store_n(&gvm_policy.cfg, cfg, __ATOMIC_RELEASE);
     /* The limits are the caps core enforces (policy/settings.c). */
-    for (int d = 0; d < gvm_topo.ndev; d++) {
-        size_t total = gvm_topo.dev[d].total, lim = gvm_held_cap(d);
-        p->limit[d] = lim < total ? lim : total;
-        p->limited[d] = lim < total;
-    }
-    p->host_limit = gvm_held_cap(GVM_LOC_HOST);
+    for (int d = 0; d < gvm_topo.ndev; d++) gvm_policy_set_limit(d, gvm_held_cap(d));
+    gvm_policy_set_limit(GVM_LOC_HOST, gvm_held_cap(GVM_LOC_HOST));
     if (cfg->spill.n && cfg->promote) gvm_promoter_start();
     return CUDA_SUCCESS;
 }
@@ -31,7 +26,7 @@ CUresult gvm_policy_start(const struct gvm_config *cfg)
 static struct gvm_place rule_place(size_t size, int device, int tag)
 {
     struct gvm_place pl = {.loc = device};
-    const struct gvm_rule *r = gvm_rule_match(gvm_policy.cfg, size, device, gvm_tag_name(tag));
+    const struct gvm_rule *r = gvm_rule_match(gvm_policy_cfg(), size, device, gvm_tag_name(tag));
     if (!r) return pl;
     switch (r->place) {
     case GVM_RULE_PLACE_HOST:
@@ -65,13 +60,14 @@ CUresult gvm_policy_alloc(size_t size, int device, CUcontext ctx, int tag, uintp
     struct gvm_place pl = rule_place(size, device, tag);
     if (pl.interleave) return gvm_heap_alloc(size, device, ctx, &pl, tag, out);
     size_t need = gvm_policy_charge(size);
-    bool limited = pl.loc != device || gvm_policy.limited[device] || gvm_policy.cfg->spill.n;
+    bool spill = gvm_policy_cfg()->spill.n > 0;
+    bool limited = pl.loc != device || gvm_policy_limited(device) || spill;
     if (!limited) return gvm_heap_alloc(size, device, ctx, &pl, tag, out);
     if (!gvm_policy_fits(pl.loc, need) && gvm_heap_trim(pl.loc) && gvm_policy_fits(pl.loc, need))
         gvm_debug("released idle memory on %d to fit %zu bytes", pl.loc, size);
     CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
     if (gvm_policy_fits(pl.loc, need)) rc = gvm_heap_alloc(size, device, ctx, &pl, tag, out);
-    if (rc != CUDA_ERROR_OUT_OF_MEMORY || !gvm_policy.cfg->spill.n || pl.loc != device) return rc;
+    if (rc != CUDA_ERROR_OUT_OF_MEMORY || !spill || pl.loc != device) return rc;
     return gvm_spill_alloc(size, device, ctx, tag, out);
 }
 
@@ -81,8 +77,8 @@ void gvm_policy_meminfo(int device, size_t *free_bytes, size_t *total_bytes)
 {
     size_t idle = gvm_heap_idle_bytes(device);
     size_t f = *free_bytes + idle, t = *total_bytes;
-    if (gvm_policy.limited[device]) {
-        size_t lim = gvm_policy.limit[device], usage = gvm_policy_usage(device);
+    if (gvm_policy_limited(device)) {
+        size_t lim = gvm_policy_limit(device), usage = gvm_policy_usage(device);
         size_t used = usage > idle ? usage - idle : 0;
         t = lim < t ? lim : t;
         size_t room = lim > used ? lim - used : 0;

@@ -22,8 +22,20 @@ size_t gvm_policy_usage(int loc)
 
 size_t gvm_policy_limit(int loc)
 {
-    if (loc == GVM_LOC_HOST) return gvm_policy.host_limit;
-    return gvm_policy.limit[loc];
+    if (loc == GVM_LOC_HOST) return __atomic_load_n(&gvm_policy.host_limit, __ATOMIC_RELAXED);
+    return __atomic_load_n(&gvm_policy.limit[loc], __ATOMIC_RELAXED);
+}
+
+void gvm_policy_set_limit(int loc, size_t bytes)
+{
+    gvm_held_set_cap(loc, bytes);
+    if (loc == GVM_LOC_HOST) {
+        __atomic_store_n(&gvm_policy.host_limit, bytes, __ATOMIC_RELAXED);
+        return;
+    }
+    size_t total = gvm_topo.dev[loc].total;
+    __atomic_store_n(&gvm_policy.limit[loc], bytes < total ? bytes : total, __ATOMIC_RELAXED);
+    __atomic_store_n(&gvm_policy.limited[loc], bytes < total, __ATOMIC_RELAXED);
 }
 
 size_t gvm_policy_room(int loc)

@@ -11,7 +11,13 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+/* gvmctl set replaces the configuration and the limits while other
+ * threads read them (policy/live.c): every field is read and written
+ * atomically, through the functions below. */
 struct gvm_policy {
+    /* Immutable once published: a change publishes a new copy (release),
+     * readers load the pointer (acquire) and read a whole configuration,
+     * never a half-written one. A replaced one is never freed. */
     const struct gvm_config *cfg;
     size_t limit[GVM_MAX_DEVICES];    /* bytes; the device's size when not limited */
     bool limited[GVM_MAX_DEVICES];
@@ -19,6 +25,19 @@ struct gvm_policy {
 };
 
 extern struct gvm_policy gvm_policy;
+
+/* The configuration in force. Load it once per decision. */
+static inline const struct gvm_config *gvm_policy_cfg(void)
+{
+    return __atomic_load_n(&gvm_policy.cfg, __ATOMIC_ACQUIRE);
+}
+
+/* Is device d's limit below its capacity? */
+static inline bool gvm_policy_limited(int d) { return __atomic_load_n(&gvm_policy.limited[d], __ATOMIC_RELAXED); }
+
+/* Sets the limit of loc (a device: capped at its capacity; host: SIZE_MAX
+ * for none) in the policy and as core's cap (core/held.h). */
+void gvm_policy_set_limit(int loc, size_t bytes);
 
 /* Bytes that count against loc's limit now, and the limit. */
 size_t gvm_policy_usage(int loc);

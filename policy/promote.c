@@ -17,7 +17,7 @@
 
 /* Room is kept for a margin, so promotion does not push the device straight
  * back over its limit at the next allocation. */
-static size_t margin(int device) { return gvm_policy.limit[device] / 16; }
+static size_t margin(int device) { return gvm_policy_limit(device) / 16; }
 
 static size_t promote_device(int device, size_t budget)
 {
@@ -34,16 +34,20 @@ static size_t promote_device(int device, size_t budget)
     return moved;
 }
 
+/* The configuration is read each round: gvmctl set may change the
+ * interval and the rate, or turn promotion (or spilling) off and on. */
 static void *promoter(void *arg)
 {
     (void)arg;
-    uint64_t ms = gvm_policy.cfg->promote_interval;
-    struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
     for (;;) {
+        uint64_t ms = gvm_policy_cfg()->promote_interval;
+        struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
+        const struct gvm_config *cfg = gvm_policy_cfg();
+        if (!cfg->promote) continue;
         /* A rate near SIZE_MAX times the interval is past what size_t holds
          * (and converting such a double is undefined): saturate. */
-        double want = (double)gvm_policy.cfg->promote_rate * (double)ms / 1000.0;
+        double want = (double)cfg->promote_rate * (double)ms / 1000.0;
         size_t budget = want < (double)SIZE_MAX ? (size_t)want : SIZE_MAX;
         if (budget < gvm_topo.gran) budget = gvm_topo.gran;
         if (gvm_capture_open(-1)) continue;   /* a move would wait for the devices */
@@ -55,11 +59,15 @@ static void *promoter(void *arg)
 
 void gvm_promoter_start(void)
 {
+    static bool started;
+    if (__atomic_exchange_n(&started, true, __ATOMIC_ACQ_REL)) return;
     pthread_t t;
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&t, &attr, promoter, NULL))
+    if (pthread_create(&t, &attr, promoter, NULL)) {
         gvm_warn("cannot start the promoter thread; spilled allocations stay where they are");
+        __atomic_store_n(&started, false, __ATOMIC_RELEASE);   /* a later start tries again */
+    }
     pthread_attr_destroy(&attr);
 }

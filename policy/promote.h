@@ -2,8 +2,9 @@
 #ifndef GVM_POLICY_PROMOTE_H
 #define GVM_POLICY_PROMOTE_H
 
-/* Starts the background thread that does it (policy/promote.c); without
- * it, spilled allocations stay where they are (one warning). */
+/* Starts the background thread that does it (policy/promote.c), once:
+ * later calls do nothing. Without it, spilled allocations stay where they
+ * are (one warning). */
 void gvm_promoter_start(void);
 
 #endif

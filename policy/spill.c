@@ -27,7 +27,7 @@ static double ms_now(void)
 /* The first spill target, in the user's order, with room for bytes. */
 static int pick_target(int device, size_t bytes)
 {
-    const struct gvm_spill_list *s = &gvm_policy.cfg->spill;
+    const struct gvm_spill_list *s = &gvm_policy_cfg()->spill;
     for (int i = 0; i < s->n; i++) {
         if (s->target[i] == GVM_SPILL_PEER) {
             int peer = gvm_policy_best_peer(device, bytes);
@@ -82,7 +82,7 @@ CUresult gvm_spill_alloc(size_t size, int device, CUcontext ctx, int tag, uintpt
 {
     CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
     /* Stream capture open: evicting would wait for the devices, so place. */
-    if (gvm_policy.cfg->spill_mode == GVM_CFG_SPILL_EVICT && !gvm_capture_open(-1)) {
+    if (gvm_policy_cfg()->spill_mode == GVM_CFG_SPILL_EVICT && !gvm_capture_open(-1)) {
         rc = evict_then_alloc(size, device, ctx, tag, out);
         if (rc != CUDA_ERROR_OUT_OF_MEMORY) return rc;
     }
@@ -173,7 +173,8 @@ static void swap_in(struct gvm_region *r, struct gvm_region *const *used, int n)
 
 void gvm_policy_before_launch(struct gvm_region *const *used, int n)
 {
-    if (!gvm_policy.cfg || !gvm_policy.cfg->spill.n || !gvm_policy.cfg->promote) return;
+    const struct gvm_config *cfg = gvm_policy_cfg();
+    if (!cfg || !cfg->spill.n || !cfg->promote) return;
     /* A launch being captured runs at replay: no swap now (it would wait). */
     if (gvm_capture_open(-1)) return;
     for (int i = 0; i < n; i++) {
