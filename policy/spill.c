@@ -89,6 +89,37 @@ CUresult gvm_spill_alloc(size_t size, int device, CUcontext ctx, int tag, uintpt
     return place_on_target(size, device, ctx, tag, out);
 }
 
+/* Evicts, least recently used first, until device holds at most `limit`:
+ * what gvmctl set asks when it lowers the device's limit. Idle memory
+ * (caches, pools) goes first, since it counts as held too. */
+CUresult gvm_spill_down_to(int device, size_t limit, size_t *moved)
+{
+    *moved = 0;
+    gvm_heap_trim(device);
+    if (gvm_policy_usage(device) <= limit) return CUDA_SUCCESS;
+    if (gvm_capture_open(-1)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;   /* a move would wait */
+    struct gvm_victims v = {0};
+    gvm_victims_resident(device, &v);
+    CUresult rc = CUDA_SUCCESS;
+    for (size_t i = 0; i < v.n && gvm_policy_usage(device) > limit; i++) {
+        size_t bytes = GVM_LOAD(v.v[i].r->mapped);
+        int to = pick_target(device, bytes);
+        if (to == GVM_LOC_NONE) continue;   /* a smaller one may still fit */
+        rc = gvm_relocate(v.v[i].r, to, GVM_RELOC_SPILL);
+        if (rc == CUDA_SUCCESS) {
+            *moved += bytes;
+            gvm_heap_trim(device);   /* what moved out went to the pool */
+        } else if (gvm_relocate_refused(rc)) {
+            rc = CUDA_SUCCESS;       /* freed, paused or pinned meanwhile */
+        } else {
+            break;
+        }
+    }
+    gvm_victims_free(&v);
+    if (rc == CUDA_SUCCESS && gvm_policy_usage(device) > limit) rc = CUDA_ERROR_OUT_OF_MEMORY;
+    return rc;
+}
+
 /* ---- demand swap-in ----------------------------------------------------- */
 
 /* A kernel reading spilled memory in place goes at the speed its access

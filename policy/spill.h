@@ -14,6 +14,14 @@
  * on a target (place mode, and evict mode's fallback). */
 CUresult gvm_spill_alloc(size_t size, int device, CUcontext ctx, int tag, uintptr_t *out);
 
+/* Evicts from device, least recently used first, to the spill targets
+ * until it holds at most `limit` bytes; *moved says how many left.
+ * CUDA_ERROR_OUT_OF_MEMORY when nothing more can leave (no target has
+ * room, or what is left may not move), the error of a failed move (that
+ * allocation stays as it was), or CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
+ * while a stream capture is open (moves would wait for it). */
+CUresult gvm_spill_down_to(int device, size_t limit, size_t *moved);
+
 /* Called before a kernel launch with the regions its arguments reach (not
  * yet announced): spilled ones are brought back to their device now, after
  * enough regions the launch does not use have left to make room. */
