@@ -16,6 +16,7 @@
 #include "core/where.h"
 #include "ctl/server.h"
 #include "gvmshim.h"
+#include "policy/live.h"
 #include "policy/policy.h"
 #include "policy/tags.h"
 
@@ -149,6 +150,38 @@ static void migrate(int fd, const uint8_t *p, uint32_t n)
     reply_str(fd, GVM_CTL_MIGRATE, st, st ? gvm_strerror(st) : "moved");
 }
 
+/* "key=value" lines, applied together or not at all (policy/live.h). */
+static void set(int fd, const uint8_t *p, uint32_t n)
+{
+    char *text = malloc((size_t)n + 1), *out = NULL;
+    char **items = calloc((size_t)n / 2 + 1, sizeof *items);   /* lines are 2 bytes or more apart */
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    if (!text || !items || !f) {
+        if (f) fclose(f);
+        free(out);
+        free(items);
+        free(text);
+        reply_str(fd, GVM_CTL_SET, -ENOMEM, "out of memory");
+        return;
+    }
+    memcpy(text, p, n);
+    text[n] = 0;
+    int st = GVM_ERR_INVALID, count = 0;
+    if (strlen(text) != n) {
+        fputs("malformed request", f);
+    } else {
+        for (char *save = NULL, *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save))
+            items[count++] = line;
+        st = gvm_policy_set(items, count, f);
+    }
+    fclose(f);
+    reply(fd, GVM_CTL_SET, st, out, len);
+    free(out);
+    free(items);
+    free(text);
+}
+
 static void run(void *arg)
 {
     struct request *r = arg;
@@ -158,6 +191,7 @@ static void run(void *arg)
     case GVM_CTL_PAUSE:
     case GVM_CTL_RESUME: pause_resume(r->fd, r->type, r->payload, r->len); break;
     case GVM_CTL_MIGRATE: migrate(r->fd, r->payload, r->len); break;
+    case GVM_CTL_SET: set(r->fd, r->payload, r->len); break;
     default: reply_str(r->fd, r->type, GVM_ERR_INVALID, "unknown request"); break;
     }
     close(r->fd);
@@ -183,7 +217,8 @@ static void accept_request(struct gvm_ctl_conn *c, const struct gvm_ctl_msg *m)
 
 int gvm_control_start(void)
 {
-    static const uint8_t types[] = {GVM_CTL_INFO, GVM_CTL_STATS, GVM_CTL_PAUSE, GVM_CTL_RESUME, GVM_CTL_MIGRATE};
+    static const uint8_t types[] = {GVM_CTL_INFO,   GVM_CTL_STATS,   GVM_CTL_SET,
+                                    GVM_CTL_PAUSE,  GVM_CTL_RESUME,  GVM_CTL_MIGRATE};
     for (size_t i = 0; i < sizeof types; i++) gvm_ctl_register(types[i], accept_request);
     int rc = gvm_ctl_start();
     if (rc) gvm_warn("cannot open the control socket (%s): gvmctl will not reach this process", strerror(-rc));

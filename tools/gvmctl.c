@@ -23,6 +23,7 @@ static const char *const manual =
     "SYNOPSIS\n"
     "    gvmctl list [--json]\n"
     "    gvmctl stats PID [--json]\n"
+    "    gvmctl set PID KEY=VALUE...\n"
     "    gvmctl pause PID [TAG] [--discard]\n"
     "    gvmctl resume PID [TAG]\n"
     "    gvmctl migrate PID (TAG|--all) (DEVICE|host)\n"
@@ -41,6 +42,18 @@ static const char *const manual =
     "              bytes gvmshim holds there / its limit, and how many of the\n"
     "              bytes allocated on it are at home, on a peer, on the host\n"
     "    stats     the process's full statistics (the fields of GVM_STATS), live\n"
+    "    set       changes options in the running process, all of them or, when\n"
+    "              one is refused, none: the options that can change live\n"
+    "              (gvm-config --help-config marks them: device_limit,\n"
+    "              host_limit, spill, spill_mode, promote, promote_rate,\n"
+    "              promote_interval, log), with the values the config file\n"
+    "              takes (device_limit=0:8G,1:50%). Prints each option's old\n"
+    "              and new value. Lowering device_limit below what the process\n"
+    "              holds on a device moves its least recently used allocations\n"
+    "              to the spill targets first, and returns once the device\n"
+    "              holds at most the new limit; with spill off it is refused\n"
+    "              and nothing changes. Raising it lets promotion bring spilled\n"
+    "              memory back.\n"
     "    pause     gvm_pause from outside: moves TAG's memory (every tagged\n"
     "              allocation without TAG) to host memory, or with --discard\n"
     "              releases it without a copy; returns once the device memory\n"
@@ -75,8 +88,9 @@ static int fail(const char *fmt, ...)
 
 static int usage(void)
 {
-    fputs("usage: gvmctl list [--json] | stats PID [--json] | pause PID [TAG] [--discard] |\n"
-          "              resume PID [TAG] | migrate PID (TAG|--all) (DEVICE|host) |\n"
+    fputs("usage: gvmctl list [--json] | stats PID [--json] | set PID KEY=VALUE... |\n"
+          "              pause PID [TAG] [--discard] | resume PID [TAG] |\n"
+          "              migrate PID (TAG|--all) (DEVICE|host) |\n"
           "              top [--interval S] [--count N] | --help\n",
           stderr);
     return 2;
@@ -445,6 +459,25 @@ static int cmd_migrate(int argc, char **argv)
     return rc;
 }
 
+static int cmd_set(int argc, char **argv)
+{
+    if (argc < 2) return usage();
+    char p[GVM_CTL_MSG_MAX];
+    size_t len = 0;
+    for (int i = 1; i < argc; i++) {
+        size_t n = strlen(argv[i]);
+        if (!strchr(argv[i], '=') || strchr(argv[i], '\n')) {
+            fail("'%s': expected KEY=VALUE", argv[i]);
+            return 2;
+        }
+        if (len + n + 1 > GVM_CTL_MSG_MAX - GVM_CTL_HDR) return fail("too many or too long KEY=VALUE arguments");
+        memcpy(p + len, argv[i], n);
+        len += n;
+        p[len++] = '\n';
+    }
+    return one(argv[0], GVM_CTL_SET, p, len, true);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) return usage();
@@ -456,6 +489,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "list")) return cmd_list(argc - 2, argv + 2);
     if (!strcmp(cmd, "top")) return cmd_top(argc - 2, argv + 2);
     if (!strcmp(cmd, "stats")) return cmd_stats(argc - 2, argv + 2);
+    if (!strcmp(cmd, "set")) return cmd_set(argc - 2, argv + 2);
     if (!strcmp(cmd, "pause")) return cmd_pause_resume(argc - 2, argv + 2, true);
     if (!strcmp(cmd, "resume")) return cmd_pause_resume(argc - 2, argv + 2, false);
     if (!strcmp(cmd, "migrate")) return cmd_migrate(argc - 2, argv + 2);
