@@ -19,6 +19,9 @@
  * back over its limit at the next allocation. */
 static size_t margin(int device) { return gvm_policy_limit(device) / 16; }
 
+/* Moves while budget lasts; the last move may pass it (the caller carries
+ * the excess over as debt), so an allocation larger than one round's
+ * budget comes back too. */
 static size_t promote_device(int device, size_t budget)
 {
     struct gvm_victims c = {0};
@@ -26,7 +29,7 @@ static size_t promote_device(int device, size_t budget)
     size_t moved = 0;
     for (size_t i = 0; i < c.n; i++) {
         size_t bytes = GVM_LOAD(c.v[i].r->mapped);
-        if (moved + bytes > budget) break;
+        if (moved >= budget) break;
         if (!gvm_policy_fits(device, bytes + margin(device))) break;
         if (gvm_relocate(c.v[i].r, device, GVM_RELOC_PROMOTE) == CUDA_SUCCESS) moved += bytes;
     }
@@ -39,20 +42,28 @@ static size_t promote_device(int device, size_t budget)
 static void *promoter(void *arg)
 {
     (void)arg;
+    /* Bytes that may move now: each round adds its share of promote_rate,
+     * unused credit is not saved up past one round, and a move larger than
+     * the credit leaves it negative, a debt later rounds pay back. */
+    double credit = 0;
     for (;;) {
         uint64_t ms = gvm_policy_cfg()->promote_interval;
         struct timespec ts = {.tv_sec = (time_t)(ms / 1000), .tv_nsec = (long)(ms % 1000) * 1000000L};
         nanosleep(&ts, NULL);
         const struct gvm_config *cfg = gvm_policy_cfg();
-        if (!cfg->promote) continue;
+        double want = (double)cfg->promote_rate * (double)ms / 1000.0;
+        credit = credit + want < want ? credit + want : want;
+        if (!cfg->promote || credit <= 0) continue;
+        if (gvm_capture_open(-1)) continue;   /* a move would wait for the devices */
         /* A rate near SIZE_MAX times the interval is past what size_t holds
          * (and converting such a double is undefined): saturate. */
-        double want = (double)cfg->promote_rate * (double)ms / 1000.0;
-        size_t budget = want < (double)SIZE_MAX ? (size_t)want : SIZE_MAX;
-        if (budget < gvm_topo.gran) budget = gvm_topo.gran;
-        if (gvm_capture_open(-1)) continue;   /* a move would wait for the devices */
-        for (int d = 0; d < gvm_topo.ndev; d++)
-            if (gvm_topo.dev[d].vmm) budget -= promote_device(d, budget);
+        size_t budget = credit < (double)SIZE_MAX ? (size_t)credit : SIZE_MAX;
+        for (int d = 0; d < gvm_topo.ndev && credit > 0; d++) {
+            if (!gvm_topo.dev[d].vmm) continue;
+            size_t moved = promote_device(d, budget);
+            credit -= (double)moved;
+            budget = moved < budget ? budget - moved : 0;
+        }
     }
     return NULL;
 }
