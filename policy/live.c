@@ -263,7 +263,7 @@ static int apply(const struct gvm_config *cur, struct gvm_config *next, const st
         __atomic_store_n(&gvm_policy.cfg, cur, __ATOMIC_RELEASE);
         return st;
     }
-    gvm_log_set_level((int)next->log);
+    if (next->log != cur->log) gvm_log_set_level((int)next->log);
     if (next->spill.n && next->promote) gvm_promoter_start();
     report(cur, next, items, n, moved, out);
     return GVM_OK;
