@@ -1,7 +1,7 @@
 """gvmctl as a user meets it, against a program running under the shim
 with the simulated driver:
 
-    check_gvmctl.py GVMCTL SHIM SIM_DIR TARGET
+    check_gvmctl.py GVMCTL SHIM SIM_DIR TARGET GVM_CONFIG_TOOL
 """
 import json
 import os
@@ -9,8 +9,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
-gvmctl, shim, simdir, target = sys.argv[1:5]
+gvmctl, shim, simdir, target, gvm_config = sys.argv[1:6]
 runtime = tempfile.mkdtemp(prefix="gvmctl-")
 env = {k: v for k, v in os.environ.items() if not k.startswith("GVM_")}
 env.update(XDG_RUNTIME_DIR=runtime, SIMCUDA_DEVICES="2", SIMCUDA_MEM="256M", SIMCUDA_HOST_MEM="1G",
@@ -60,6 +61,58 @@ try:
     check(stats["allocations_total"] == 2, "live stats: %s allocations" % stats.get("allocations_total"))
     check("allocations_total" in ctl("stats", pid).stdout, "text stats")
 
+    # set: live options. Refusals first: one line, exit 1, nothing changed.
+    def limit0():
+        return json.loads(ctl("stats", pid, "--json").stdout)["limit"]["0"]
+
+    def dev0_now():
+        return [p for p in json.loads(ctl("list", "--json").stdout) if p["pid"] == pid][0]["devices"][0]
+
+    err = ctl("set", pid, "device_limit=16M", expect=1).stderr
+    check(err == "gvmctl: process %d: device_limit=16M: device 0 holds 48.0 MiB and spill is off; nothing changed\n"
+          % pid, "a lower limit with spill off is refused: %s" % err)
+    check(limit0() is None, "the limit is unchanged (none)")
+    err = ctl("set", pid, "block_size=4M", expect=1).stderr
+    check(err.endswith(": block_size cannot change while the process runs: set it at start\n"),
+          "an option that holds from the start is refused with the reason: %s" % err)
+    # The config parser's own message: what GVM_DEVICE_LIMIT=2X gets at start.
+    start_err = subprocess.run([gvm_config, "--check"], env=dict(env, GVM_DEVICE_LIMIT="2X"), capture_output=True,
+                               text=True).stderr
+    why = start_err.split("GVM_DEVICE_LIMIT='2X': ", 1)[-1]
+    err = ctl("set", pid, "device_limit=2X", expect=1).stderr
+    check(why.strip() and err == "gvmctl: process %d: device_limit = 2X: %s" % (pid, why),
+          "a bad value reads as the parser says: %r vs %r" % (err, start_err))
+    err = ctl("set", pid, "spill=host", "device_limit=0:32M", "promote_rate=0", expect=1).stderr
+    check("promote_rate = 0: must be more than 0" in err, "the bad item is named: %s" % err)
+    check(limit0() is None and ask("where") == "0" and dev0_now()["on_host"] == 0,
+          "all or nothing: no limit, nothing moved")
+    err = ctl("set", pid, "device_limt=1G", expect=1).stderr
+    check("unknown option 'device_limt' (did you mean 'device_limit'?)" in err, "unknown option: %s" % err)
+    ctl("set", pid, expect=2)
+    check("expected KEY=VALUE" in ctl("set", pid, "spill", expect=2).stderr, "KEY=VALUE asked for")
+    err = ctl("set", 4194000, "spill=host", expect=1).stderr
+    check(err.startswith("gvmctl: no process"), "set on an absent pid: %s" % err)
+
+    # Lowering the limit evicts down to it, data intact; raising it brings the data back.
+    out = ctl("set", pid, "spill=host", "device_limit=0:32M").stdout
+    check("spill: off -> host\n" in out and "device_limit: none -> 0:32M\n" in out and
+          "device 0: moved 24.0 MiB out; holds 24.0 MiB, limit 32.0 MiB\n" in out, "set says what changed: %s" % out)
+    dev0 = dev0_now()
+    check(dev0["held"] <= 32 << 20 and dev0["on_host"] == 24 << 20 and limit0() == 32 << 20,
+          "held within the new limit: %s" % dev0)
+    check(ask("check") == "ok", "data intact after the eviction")
+    out = ctl("set", pid, "device_limit=none", "promote_interval=5ms").stdout
+    check("device_limit: 0:32M -> none" in out, "raised: %s" % out)
+    for _ in range(200):
+        ask("check")   # uses both allocations: the promoter wants them back
+        if dev0_now()["on_host"] == 0:
+            break
+        time.sleep(0.02)
+    dev0 = dev0_now()
+    check(dev0["on_host"] == 0 and dev0["home"] >= 48 << 20, "promoted back: %s" % dev0)
+    check(ask("check") == "ok", "data intact after the promotion")
+    check("spill: host -> off" in ctl("set", pid, "spill=off").stdout, "spill off again")
+
     # pause keeps the data on host and releases the device memory; resume brings it back.
     check("paused" in ctl("pause", pid, "weights").stdout, "pause says so")
     check(ask("where") == "-1", "the paused tag lives on the host")
@@ -101,7 +154,6 @@ try:
     if os.geteuid() == 0 and shutil.which("setpriv"):
         other = subprocess.Popen(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sleep", "30"])
         try:
-            import time
             time.sleep(0.3)
             err = ctl("stats", other.pid, expect=1).stderr
             check("belongs to another user" in err, "another user's process: %s" % err)
