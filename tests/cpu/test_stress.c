@@ -10,6 +10,7 @@
 #include "core/move.h"
 #include "core/slab.h"
 #include "policy/config.h"
+#include "policy/live.h"
 #include "policy/place.h"
 #include "policy/policy.h"
 #include "policy/settings.h"
@@ -412,6 +413,43 @@ static void small_chunks_come_and_go_while_promoted(void)
     run(churn_small, w, WORKERS, true);
 }
 
+/* gvmctl set while the threads work: the configuration and the limits are
+ * replaced under every reader (allocation, eviction, the promoter), and
+ * lowered limits evict while the workers allocate. */
+static void *set_options(void *arg)
+{
+    static char *const rounds[][3] = {
+        {"device_limit=0:16M", "spill_mode=place", "log=error"},
+        {"device_limit=0:48M", "promote=0", "promote_rate=1G"},
+        {"device_limit=0:24M", "spill_mode=evict", "promote=1"},
+        {"device_limit=0:32M", "promote_interval=2ms", "host_limit=1G"},
+        {"host_limit=none", "promote_interval=1ms", "promote_rate=8G"},
+    };
+    long *sets = arg;
+    FILE *out = fopen("/dev/null", "w");
+    CHECK(out != NULL);
+    CHECK_EQ(gvm_drv.cuCtxSetCurrent(ctx0), CUDA_SUCCESS);
+    for (int i = 0; !__atomic_load_n(&stop, __ATOMIC_RELAXED); i++) {
+        if (gvm_policy_set(rounds[i % 5], 3, out) == GVM_OK) (*sets)++;
+        nanosleep(&(struct timespec){0, 2 * 1000000L}, NULL);
+    }
+    fclose(out);
+    return NULL;
+}
+
+static void options_change_while_threads_work(void)
+{
+    start();
+    static struct worker w[WORKERS];
+    long sets = 0;
+    pthread_t t;
+    pthread_create(&t, NULL, set_options, &sets);
+    run(work, w, WORKERS, true);
+    pthread_join(t, NULL);
+    printf("stress: %ld live changes\n", sets);
+    CHECK(sets > 0);
+}
+
 /* ---- lifetimes, one interleaving at a time ------------------------------ */
 
 static void no_cache(struct gvm_settings *s)
@@ -477,6 +515,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(lookups_survive_an_alias_record_reset_under_them)
     TEST_ENTRY(small_chunks_come_and_go_while_promoted)
     TEST_ENTRY(everything_at_once_keeps_data)
+    TEST_ENTRY(options_change_while_threads_work)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }
