@@ -44,16 +44,15 @@ static const char *const manual =
     "    stats     the process's full statistics (the fields of GVM_STATS), live\n"
     "    set       changes options in the running process, all of them or, when\n"
     "              one is refused, none: the options that can change live\n"
-    "              (gvm-config --help-config marks them: device_limit,\n"
-    "              host_limit, spill, spill_mode, promote, promote_rate,\n"
-    "              promote_interval, log), with the values the config file\n"
-    "              takes (device_limit=0:8G,1:50%). Prints each option's old\n"
-    "              and new value. Lowering device_limit below what the process\n"
-    "              holds on a device moves its least recently used allocations\n"
-    "              to the spill targets first, and returns once the device\n"
-    "              holds at most the new limit; with spill off it is refused\n"
-    "              and nothing changes. Raising it lets promotion bring spilled\n"
+    "              (listed below), with the values the config file takes\n"
+    "              (device_limit=0:8G,1:50%). Prints each option's old and new\n"
+    "              value. Lowering device_limit below what the process holds\n"
+    "              on a device moves its least recently used allocations to\n"
+    "              the spill targets first, and returns once the device holds\n"
+    "              at most the new limit; with spill off it is refused and\n"
+    "              nothing changes. Raising it lets promotion bring spilled\n"
     "              memory back.\n"
+    "@LIVE@"
     "    pause     gvm_pause from outside: moves TAG's memory (every tagged\n"
     "              allocation without TAG) to host memory, or with --discard\n"
     "              releases it without a copy; returns once the device memory\n"
@@ -73,6 +72,26 @@ static const char *const manual =
     "    0 on success; 1 when the process cannot be reached or refuses (no such\n"
     "    process, not under gvmshim, another user's process, a failed\n"
     "    operation); 2 on a usage error.\n";
+
+/* The manual, with the options that can change live from the option table
+ * in place of @LIVE@. */
+static void print_manual(void)
+{
+    const char *mark = strstr(manual, "@LIVE@");
+    fwrite(manual, 1, (size_t)(mark - manual), stdout);
+    int col = printf("              live options:");
+    bool first = true;
+    for (int i = 0; i < GVM_OPT_COUNT; i++) {
+        if (!gvm_options[i].live) continue;
+        int len = (int)strlen(gvm_options[i].name);
+        if (!first) col += printf(",");
+        if (col + 1 + len > 78) col = printf("\n             ") - 1;
+        col += printf(" %s", gvm_options[i].name);
+        first = false;
+    }
+    printf("\n");
+    fputs(mark + strlen("@LIVE@"), stdout);
+}
 
 static int fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int fail(const char *fmt, ...)
@@ -483,7 +502,7 @@ int main(int argc, char **argv)
     if (argc < 2) return usage();
     const char *cmd = argv[1];
     if (!strcmp(cmd, "--help") || !strcmp(cmd, "-h") || !strcmp(cmd, "help")) {
-        fputs(manual, stdout);
+        print_manual();
         return 0;
     }
     if (!strcmp(cmd, "list")) return cmd_list(argc - 2, argv + 2);

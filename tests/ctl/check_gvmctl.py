@@ -162,7 +162,12 @@ try:
             other.wait()
     ctl("frobnicate", expect=2)
     ctl("pause", expect=2)
-    check("SYNOPSIS" in ctl("--help").stdout, "gvmctl --help is a manual")
+    manual = ctl("--help").stdout
+    check("SYNOPSIS" in manual and "gvmctl set PID KEY=VALUE..." in manual, "gvmctl --help is a manual")
+    live = subprocess.run([gvm_config, "--help-config"], capture_output=True, text=True).stdout.count("    live: ")
+    listed = manual.split("live options:", 1)[-1].split("\n    pause")[0].split(",")
+    check(live >= 8 and len(listed) == live and any(x.strip() == "device_limit" for x in listed),
+          "the manual lists the live options of the table: %s" % listed)
 finally:
     proc.stdin.close()
     proc.wait(timeout=60)
