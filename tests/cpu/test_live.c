@@ -378,28 +378,28 @@ static void a_driver_failure_while_evicting_keeps_data_and_configuration(void)
     gvm_log_set_level(GVM_LOG_ERROR);   /* each round logs its failure */
     const char *kv[] = {"spill", "host", "promote", "0", NULL};
     start_policy(kv);
-    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
-    fill(a, 24 * MiB, 1);
-    fill(b, 24 * MiB, 2);
+    uintptr_t a = palloc(6 * MiB), b = palloc(6 * MiB);
+    fill(a, 6 * MiB, 1);
+    fill(b, 6 * MiB, 2);
     bool failed_after_a_move = false;
     for (unsigned long k = 1;; k++) {
         struct leaks base = leaks_now();
         struct snapshot s = snap();
         simcuda_reset_counts();
         simcuda_fail_nth(k, CUDA_ERROR_ILLEGAL_STATE);
-        int st = live_set("device_limit=0:8M", NULL);
+        int st = live_set("device_limit=0:2M", NULL);
         unsigned long calls = simcuda_call_count();
         simcuda_fail_nth(0, CUDA_SUCCESS);
-        CHECK(intact(a, 24 * MiB, 1) && intact(b, 24 * MiB, 2));
+        CHECK(intact(a, 6 * MiB, 1) && intact(b, 6 * MiB, 2));
         if (st == GVM_OK) {
-            CHECK(gvm_policy_usage(0) <= 8 * MiB);
+            CHECK(gvm_policy_usage(0) <= 2 * MiB);
             if (k > calls) break;   /* the failure was never reached */
         } else {
             CHECK_EQ(st, GVM_ERR_DRIVER);
-            CHECK(strstr(reply, "device_limit=0:8M: moving memory off device 0 failed (driver error") == reply);
+            CHECK(strstr(reply, "device_limit=0:2M: moving memory off device 0 failed (driver error") == reply);
             if (!strstr(reply, "after 0 bytes moved out")) failed_after_a_move = true;
             unchanged(s);
-            CHECK(gvm_policy_usage(0) <= 48 * MiB);
+            CHECK(gvm_policy_usage(0) <= 12 * MiB);
             CHECK_NO_LEAK(base);
         }
         /* Home again, no limit, for the next round. */
@@ -409,7 +409,7 @@ static void a_driver_failure_while_evicting_keeps_data_and_configuration(void)
         CHECK(k < 500);
     }
     CHECK(failed_after_a_move);
-    CHECK(intact(a, 24 * MiB, 1) && intact(b, 24 * MiB, 2));
+    CHECK(intact(a, 6 * MiB, 1) && intact(b, 6 * MiB, 2));
 }
 
 /* No spill target has room: what could move stays moved, the limit and
