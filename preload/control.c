@@ -217,8 +217,8 @@ static void accept_request(struct gvm_ctl_conn *c, const struct gvm_ctl_msg *m)
 
 int gvm_control_start(void)
 {
-    static const uint8_t types[] = {GVM_CTL_INFO,   GVM_CTL_STATS,   GVM_CTL_SET,
-                                    GVM_CTL_PAUSE,  GVM_CTL_RESUME,  GVM_CTL_MIGRATE};
+    static const uint8_t types[] = {GVM_CTL_INFO,  GVM_CTL_STATS,  GVM_CTL_SET,
+                                    GVM_CTL_PAUSE, GVM_CTL_RESUME, GVM_CTL_MIGRATE};
     for (size_t i = 0; i < sizeof types; i++) gvm_ctl_register(types[i], accept_request);
     int rc = gvm_ctl_start();
     if (rc) gvm_warn("cannot open the control socket (%s): gvmctl will not reach this process", strerror(-rc));
