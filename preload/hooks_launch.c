@@ -112,7 +112,7 @@ static void scan(struct used *u, void *fn, void **params, void **extra)
 {
     collect(u, fn, params, extra);
     if (!u->n) return;
-    double t0 = gvm_log_level >= GVM_LOG_DEBUG ? launch_ms() : 0;
+    double t0 = gvm_log_get_level() >= GVM_LOG_DEBUG ? launch_ms() : 0;
     gvm_policy_before_launch(u->r, u->n);
     if (t0) {
         double t1 = launch_ms();

@@ -616,7 +616,7 @@ static void a_wide_sweep_swaps_both_ways_at_once(void)
  * data, the device never holds more than its limit, nothing leaks. */
 static void failure_during_a_two_way_swap_keeps_data(void)
 {
-    gvm_log_level = GVM_LOG_ERROR;
+    gvm_log_set_level(GVM_LOG_ERROR);
     const char *kv[] = {"device_limit", "0:16M", "spill", "host", "promote_interval", "3600s", NULL};
     start_limited(kv);
     struct leaks base = leaks_now();
