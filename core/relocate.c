@@ -110,7 +110,12 @@ static CUresult resume(struct gvm_region *r, unsigned how)
 /* The region's fields and the counters after a successful move. */
 static void moved(struct gvm_region *r, int loc, unsigned how)
 {
-    if (how & GVM_RELOC_EXPLICIT) GVM_STORE(r->home, loc);
+    if (how & GVM_RELOC_EXPLICIT) {
+        /* Where the program puts it is where it belongs: no longer spilled
+         * (the policy would neither evict it nor bring it "back"). */
+        GVM_STORE(r->home, loc);
+        GVM_STORE(r->spilled_at, 0);
+    }
     if (how & GVM_RELOC_SPILL) {
         GVM_STORE(r->spilled_at, gvm_clock_tick());
         gvm_stat_inc(spills);

@@ -162,6 +162,26 @@ static void raising_lets_promotion_bring_it_back(void)
     CHECK_EQ(where(gone), GVM_HOST);
 }
 
+/* An allocation spilled, then migrated home by the program (or gvmctl
+ * migrate), is resident like any other: a later lowering evicts it. */
+static void spilled_then_migrated_home_is_evicted_again(void)
+{
+    const char *kv[] = {"spill", "host", "promote", "0", NULL};
+    start_policy(kv);
+    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
+    fill(a, 24 * MiB, 1);
+    touch(b);
+    CHECK_EQ(live_set("device_limit=0:24M", NULL), GVM_OK);
+    CHECK_EQ(where(a), GVM_HOST);
+    CHECK_EQ(live_set("device_limit=none", NULL), GVM_OK);
+    CHECK_EQ(gvm_migrate((void *)a, 0), GVM_OK);
+    touch(b);
+    CHECK_EQ(live_set("device_limit=0:24M", NULL), GVM_OK);
+    CHECK_EQ(where(a), GVM_HOST);
+    CHECK_EQ(where(b), 0);
+    CHECK(intact(a, 24 * MiB, 1));
+}
+
 static void per_device_lists_and_percentages(void)
 {
     start_policy(NULL);
@@ -395,6 +415,7 @@ static void a_driver_failure_while_evicting_keeps_data_and_configuration(void)
             CHECK(gvm_policy_usage(0) <= 2 * MiB);
             if (k > calls) break;   /* the failure was never reached */
         } else {
+            if (st != GVM_ERR_DRIVER) fprintf(stderr, "k=%lu: %s\n", k, reply);
             CHECK_EQ(st, GVM_ERR_DRIVER);
             CHECK(strstr(reply, "device_limit=0:2M: moving memory off device 0 failed (driver error") == reply);
             if (!strstr(reply, "after 0 bytes moved out")) failed_after_a_move = true;
@@ -433,6 +454,7 @@ static void no_room_to_evict_to_is_refused(void)
 static const struct test_case cases[] = {
     TEST_ENTRY(lowering_evicts_the_coldest_down_to_the_limit)
     TEST_ENTRY(raising_lets_promotion_bring_it_back)
+    TEST_ENTRY(spilled_then_migrated_home_is_evicted_again)
     TEST_ENTRY(per_device_lists_and_percentages)
     TEST_ENTRY(idle_memory_is_trimmed_first)
     TEST_ENTRY(spill_off_refuses_a_limit_below_what_is_held)
