@@ -66,7 +66,8 @@ static gvm_status run(const char *tag, bool resume, int flags)
     gvm_live_for_each(pick, &l);
     unsigned how = resume ? GVM_RELOC_RESUME : GVM_RELOC_PAUSE;
     int loc = !resume && !(flags & GVM_PAUSE_DISCARD) ? GVM_LOC_HOST : GVM_LOC_NONE;
-    if (loc == GVM_LOC_HOST && gvm_policy.cfg && gvm_policy.cfg->pause_pool) keep_room(&l);
+    const struct gvm_config *cfg = gvm_policy_cfg();
+    if (loc == GVM_LOC_HOST && cfg && cfg->pause_pool) keep_room(&l);
     CUresult rc = CUDA_SUCCESS;
     bool pinned = false;
     for (size_t i = 0; i < l.n && rc == CUDA_SUCCESS; i++) {
