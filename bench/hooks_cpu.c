@@ -1,0 +1,393 @@
+/* hooks: the CPU time gvmshim adds to an intercepted call, measured
+ * against the simulated driver (tests/sim), where a GPU benchmark cannot
+ * resolve it (a 4-5 µs driver call varies by more than the shim adds).
+ *
+ * Run with LD_PRELOAD=libgvmshim.so and the simulated libcuda.so.1 first on
+ * LD_LIBRARY_PATH (scripts/bench hooks does both). Each operation calls
+ * the entry point the program gets (dlsym on libcuda: gvmshim's hook) and
+ * the simulated driver's own function (the real dlsym, past the shim's),
+ * in alternating batches, so the difference is what the hook adds and the
+ * drift of a busy machine cancels out. Without the shim both are the
+ * driver's function (added ~0).
+ *
+ *     bench-hooks [--threads 1,2] [--rounds N] [--batch-us US] [--ops LIST] [--smoke]
+ *
+ * Operations: copy (cuMemcpyDtoDAsync_v2, 256 B between two allocations),
+ * memset (cuMemsetD8Async, 256 B), launch4 (cuLaunchKernel of a fake
+ * kernel with 4 pointer arguments), alloc:SIZE (a cuMemAlloc_v2 +
+ * cuMemFree_v2 pair; the hook's pair is served from gvmshim's cache after
+ * the first). With --threads 2 every thread runs the same operation on its
+ * own buffers and stream, at the same time; "copy-shared" has both threads
+ * copy between the same two allocations. Prints a table and one line
+ * "BENCH_JSON {...}". --smoke: a few calls of each, checking that copies
+ * and sets reach the memory (for the cpu suite; sizes up to 64 MiB); exit
+ * 1 on a wrong result. */
+#define _GNU_SOURCE
+#include "core/cuda_api.h"
+
+#include <dlfcn.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_THREADS 8
+#define MAX_ROUNDS 400
+#define SPAN 256
+
+enum { NATIVE, SHIM };
+
+typedef void *(*dlsym_fn)(void *, const char *);
+
+/* Each entry point twice: [NATIVE] the driver's, [SHIM] what the program gets. */
+static struct {
+    __typeof__(cuMemcpyDtoDAsync_v2) *copy[2];
+    __typeof__(cuMemsetD8Async) *set[2];
+    __typeof__(cuLaunchKernel) *launch[2];
+    __typeof__(cuMemAlloc_v2) *alloc[2];
+    __typeof__(cuMemFree_v2) *free_[2];
+} ep;
+
+static __typeof__(cuCtxSetCurrent) *ctx_set;
+static __typeof__(cuStreamCreate) *stream_create;
+static __typeof__(cuStreamSynchronize) *stream_sync;
+static __typeof__(cuMemcpyHtoD_v2) *htod;
+static __typeof__(cuMemcpyDtoH_v2) *dtoh;
+static CUcontext ctx;
+static CUfunction kernel4;
+static bool smoke, shim_loaded;
+
+static void die(const char *what, CUresult rc)
+{
+    fprintf(stderr, "bench-hooks: %s failed (%d)\n", what, (int)rc);
+    exit(1);
+}
+
+#define CK(what, call)                                                         \
+    do {                                                                       \
+        CUresult rc_ = (call);                                                 \
+        if (rc_ != CUDA_SUCCESS) die(what, rc_);                               \
+    } while (0)
+
+static void *need(void *lib, dlsym_fn look, const char *name)
+{
+    void *f = look(lib, name);
+    if (!f) {
+        fprintf(stderr, "bench-hooks: %s not found\n", name);
+        exit(1);
+    }
+    return f;
+}
+
+/* The real dlsym: the public one is gvmshim's under LD_PRELOAD. */
+static dlsym_fn real_dlsym(void)
+{
+    static const char *const versions[] = {"GLIBC_2.34", "GLIBC_2.2.5", "GLIBC_2.17"};
+    for (size_t i = 0; i < sizeof versions / sizeof *versions; i++) {
+        dlsym_fn f = (dlsym_fn)dlvsym(RTLD_NEXT, "dlsym", versions[i]);
+        if (f) return f;
+    }
+    return dlsym;
+}
+
+static void open_driver(void)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) {
+        fprintf(stderr, "bench-hooks: %s\n", dlerror());
+        exit(1);
+    }
+    shim_loaded = dlsym(RTLD_DEFAULT, "gvm_query") != NULL;
+    dlsym_fn looks[2] = {real_dlsym(), dlsym};
+    for (int w = NATIVE; w <= SHIM; w++) {
+        ep.copy[w] = need(lib, looks[w], "cuMemcpyDtoDAsync_v2");
+        ep.set[w] = need(lib, looks[w], "cuMemsetD8Async");
+        ep.launch[w] = need(lib, looks[w], "cuLaunchKernel");
+        ep.alloc[w] = need(lib, looks[w], "cuMemAlloc_v2");
+        ep.free_[w] = need(lib, looks[w], "cuMemFree_v2");
+    }
+    __typeof__(cuInit) *init = need(lib, dlsym, "cuInit");
+    __typeof__(cuDevicePrimaryCtxRetain) *retain = need(lib, dlsym, "cuDevicePrimaryCtxRetain");
+    ctx_set = need(lib, dlsym, "cuCtxSetCurrent");
+    stream_create = need(lib, dlsym, "cuStreamCreate");
+    stream_sync = need(lib, dlsym, "cuStreamSynchronize");
+    htod = need(lib, dlsym, "cuMemcpyHtoD_v2");
+    dtoh = need(lib, dlsym, "cuMemcpyDtoH_v2");
+    CK("cuInit", init(0));
+    CK("cuDevicePrimaryCtxRetain", retain(&ctx, 0));
+    CK("cuCtxSetCurrent", ctx_set(ctx));
+    /* A fake kernel of four pointer parameters, its layout reported by the
+     * simulated cuFuncGetParamInfo (what gvmshim's launch scanner asks). */
+    CUfunction (*make)(void (*)(void **), unsigned, const size_t *) = need(lib, looks[NATIVE], "simcuda_function");
+    static const size_t sizes[4] = {8, 8, 8, 8};
+    kernel4 = make(NULL, 4, sizes);
+}
+
+static double now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e9 + (double)t.tv_nsec;
+}
+
+/* ---- operations ---------------------------------------------------------- */
+
+/* One thread's buffers: four allocations made through the hook (gvmshim's
+ * when it is loaded, which is what the copies and launches must touch). */
+struct bufs {
+    CUdeviceptr a, b, c, d;
+    CUstream s;
+};
+
+struct op {
+    const char *name;
+    size_t size;          /* alloc: bytes per allocation */
+    bool shared;          /* every thread uses thread 0's buffers */
+};
+
+static void run_op(const struct op *op, struct bufs *m, int which, long n)
+{
+    if (!strcmp(op->name, "copy") || !strcmp(op->name, "copy-shared")) {
+        __typeof__(cuMemcpyDtoDAsync_v2) *f = ep.copy[which];
+        for (long i = 0; i < n; i++) CK("cuMemcpyDtoDAsync_v2", f(m->b, m->a, SPAN, m->s));
+    } else if (!strcmp(op->name, "memset")) {
+        __typeof__(cuMemsetD8Async) *f = ep.set[which];
+        for (long i = 0; i < n; i++) CK("cuMemsetD8Async", f(m->c, (unsigned char)i, SPAN, m->s));
+    } else if (!strcmp(op->name, "launch4")) {
+        __typeof__(cuLaunchKernel) *f = ep.launch[which];
+        void *params[4] = {&m->a, &m->b, &m->c, &m->d};
+        for (long i = 0; i < n; i++) CK("cuLaunchKernel", f(kernel4, 1, 1, 1, 32, 1, 1, 0, m->s, params, NULL));
+    } else {   /* alloc */
+        __typeof__(cuMemAlloc_v2) *a = ep.alloc[which];
+        __typeof__(cuMemFree_v2) *fr = ep.free_[which];
+        for (long i = 0; i < n; i++) {
+            CUdeviceptr p;
+            CK("cuMemAlloc_v2", a(&p, op->size));
+            CK("cuMemFree_v2", fr(p));
+        }
+    }
+}
+
+/* ---- threads ------------------------------------------------------------- */
+
+struct job {
+    const struct op *op;
+    int nthreads, rounds;
+    long n;                               /* calls per batch */
+    pthread_barrier_t bar;
+    struct bufs bufs[MAX_THREADS];
+    double ns[MAX_THREADS][MAX_ROUNDS][2];   /* per call, per thread, round, which */
+};
+
+struct worker {
+    struct job *job;
+    int id;
+};
+
+static void *work(void *arg)
+{
+    struct worker *w = arg;
+    struct job *j = w->job;
+    CK("cuCtxSetCurrent", ctx_set(ctx));
+    struct bufs *m = &j->bufs[j->op->shared ? 0 : w->id];
+    for (int r = 0; r < j->rounds; r++) {
+        /* Alternate which goes first: neither always follows the other. */
+        for (int k = 0; k < 2; k++) {
+            int which = (r + k) & 1;
+            pthread_barrier_wait(&j->bar);
+            double t0 = now_ns();
+            run_op(j->op, m, which, j->n);
+            j->ns[w->id][r][which] = (now_ns() - t0) / (double)j->n;
+        }
+    }
+    return NULL;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+struct result {
+    double native, shim, added;   /* ns per call: medians over rounds of the thread mean */
+};
+
+static struct result measure(struct job *j)
+{
+    pthread_barrier_init(&j->bar, NULL, (unsigned)j->nthreads);
+    pthread_t t[MAX_THREADS];
+    struct worker w[MAX_THREADS];
+    for (int i = 0; i < j->nthreads; i++) {
+        w[i] = (struct worker){j, i};
+        if (pthread_create(&t[i], NULL, work, &w[i])) die("pthread_create", CUDA_ERROR_UNKNOWN);
+    }
+    for (int i = 0; i < j->nthreads; i++) pthread_join(t[i], NULL);
+    pthread_barrier_destroy(&j->bar);
+    static double nat[MAX_ROUNDS], shim[MAX_ROUNDS], diff[MAX_ROUNDS];
+    for (int r = 0; r < j->rounds; r++) {
+        double a = 0, b = 0;
+        for (int i = 0; i < j->nthreads; i++) {
+            a += j->ns[i][r][NATIVE];
+            b += j->ns[i][r][SHIM];
+        }
+        nat[r] = a / j->nthreads;
+        shim[r] = b / j->nthreads;
+        diff[r] = shim[r] - nat[r];
+    }
+    return (struct result){median(nat, j->rounds), median(shim, j->rounds), median(diff, j->rounds)};
+}
+
+/* ---- set-up and checks --------------------------------------------------- */
+
+static void make_bufs(struct bufs *m)
+{
+    CK("cuStreamCreate", stream_create(&m->s, CU_STREAM_NON_BLOCKING));
+    CUdeviceptr *p[4] = {&m->a, &m->b, &m->c, &m->d};
+    for (int i = 0; i < 4; i++) CK("cuMemAlloc_v2", ep.alloc[SHIM](p[i], 4096));
+}
+
+static void free_bufs(struct bufs *m)
+{
+    CUdeviceptr p[4] = {m->a, m->b, m->c, m->d};
+    for (int i = 0; i < 4; i++) CK("cuMemFree_v2", ep.free_[SHIM](p[i]));
+}
+
+/* The hooked copy and set did what the driver's do. */
+static bool check_data(struct bufs *m)
+{
+    unsigned char in[SPAN], out[SPAN];
+    for (int i = 0; i < SPAN; i++) in[i] = (unsigned char)(i * 7 + 1);
+    CK("cuMemcpyHtoD_v2", htod(m->a, in, SPAN));
+    CK("cuMemcpyDtoDAsync_v2", ep.copy[SHIM](m->b, m->a, SPAN, m->s));
+    CK("cuMemsetD8Async", ep.set[SHIM](m->c, 0x5a, SPAN, m->s));
+    CK("cuStreamSynchronize", stream_sync(m->s));
+    CK("cuMemcpyDtoH_v2", dtoh(out, m->b, SPAN));
+    bool ok = !memcmp(in, out, SPAN);
+    CK("cuMemcpyDtoH_v2", dtoh(out, m->c, SPAN));
+    for (int i = 0; i < SPAN; i++) ok &= out[i] == 0x5a;
+    if (!ok) fprintf(stderr, "bench-hooks: a hooked copy or set wrote the wrong bytes\n");
+    return ok;
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+static size_t parse_size(const char *s)
+{
+    char *end;
+    size_t n = strtoull(s, &end, 0);
+    switch (*end) {
+    case 'K': case 'k': return n << 10;
+    case 'M': case 'm': return n << 20;
+    case 'G': case 'g': return n << 30;
+    default: return n;
+    }
+}
+
+/* Calls per batch so that one batch takes about batch_ns. */
+static long calibrate(const struct op *op, struct bufs *m, double batch_ns)
+{
+    for (long n = 1;; n *= 2) {
+        double t0 = now_ns();
+        run_op(op, m, NATIVE, n);
+        run_op(op, m, SHIM, n);
+        double per = (now_ns() - t0) / (2.0 * (double)n);
+        if (per * (double)n >= batch_ns / 8 || n >= (1L << 20)) {
+            long k = (long)(batch_ns / (per > 1 ? per : 1));
+            return k < 1 ? 1 : k;
+        }
+    }
+}
+
+int main(int argc, char **argv)
+{
+    int threads[MAX_THREADS], nthreads_list = 0, rounds = 41;
+    double batch_us = 300;
+    bool ops_given = false;
+    const char *ops_arg = "copy,copy-shared,memset,launch4,alloc:256,alloc:64K,alloc:2M,alloc:64M,alloc:1G";
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+            for (char *t = strtok(argv[++i], ","); t && nthreads_list < MAX_THREADS; t = strtok(NULL, ","))
+                threads[nthreads_list++] = atoi(t);
+        } else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) {
+            rounds = atoi(argv[++i]);
+        } else if (!strcmp(argv[i], "--batch-us") && i + 1 < argc) {
+            batch_us = atof(argv[++i]);
+        } else if (!strcmp(argv[i], "--ops") && i + 1 < argc) {
+            ops_arg = argv[++i];
+            ops_given = true;
+        } else if (!strcmp(argv[i], "--smoke")) {
+            smoke = true;
+        } else {
+            fprintf(stderr, "usage: %s [--threads 1,2] [--rounds N] [--batch-us US] [--ops LIST] [--smoke]\n",
+                    argv[0]);
+            return 2;
+        }
+    }
+    if (!nthreads_list) threads[nthreads_list++] = 1, threads[nthreads_list++] = 2;
+    if (smoke) {
+        rounds = 3;
+        batch_us = 20;
+        if (!ops_given) ops_arg = "copy,copy-shared,memset,launch4,alloc:256,alloc:2M,alloc:64M";
+    }
+    if (rounds < 1 || rounds > MAX_ROUNDS) rounds = 41;
+    for (int i = 0; i < nthreads_list; i++)
+        if (threads[i] < 1 || threads[i] > MAX_THREADS) threads[i] = 1;
+
+    open_driver();
+    static struct job job;
+    int nbufs = 0;
+    for (int i = 0; i < nthreads_list; i++) nbufs = threads[i] > nbufs ? threads[i] : nbufs;
+    for (int i = 0; i < nbufs; i++) make_bufs(&job.bufs[i]);
+    bool ok = true;
+    for (int i = 0; i < nbufs; i++) ok &= check_data(&job.bufs[i]);
+
+    printf("%-14s %7s %12s %12s %12s %8s\n", "op", "threads", "native ns", "shim ns", "added ns", "calls");
+    char json[16384];
+    size_t jl = (size_t)snprintf(json, sizeof json, "{\"bench\": \"hooks\", \"shim\": %d, \"rows\": [",
+                                 shim_loaded ? 1 : 0);
+    int rows = 0;
+    char *ops = strdup(ops_arg), *save = NULL;
+    for (char *name = strtok_r(ops, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
+        struct op op = {.name = name};
+        if (!strncmp(name, "alloc:", 6)) {
+            op.size = parse_size(name + 6);
+        } else if (!strcmp(name, "copy-shared")) {
+            op.shared = true;
+        } else if (strcmp(name, "copy") && strcmp(name, "memset") && strcmp(name, "launch4")) {
+            fprintf(stderr, "bench-hooks: unknown operation %s\n", name);
+            return 2;
+        }
+        for (int t = 0; t < nthreads_list; t++) {
+            if (op.shared && threads[t] < 2) continue;
+            job.op = &op;
+            job.nthreads = threads[t];
+            job.rounds = rounds;
+            job.n = calibrate(&op, &job.bufs[0], batch_us * 1e3);
+            struct result r = measure(&job);
+            printf("%-14s %7d %12.1f %12.1f %+12.1f %8ld\n", name, threads[t], r.native, r.shim, r.added,
+                   job.n * rounds);
+            fflush(stdout);
+            if (jl < sizeof json)
+                jl += (size_t)snprintf(json + jl, sizeof json - jl,
+                                       "%s{\"op\": \"%s\", \"threads\": %d, \"native_ns\": %.1f, \"shim_ns\": %.1f, "
+                                       "\"added_ns\": %.1f, \"calls\": %ld}",
+                                       rows++ ? ", " : "", name, threads[t], r.native, r.shim, r.added,
+                                       job.n * rounds);
+        }
+    }
+    free(ops);
+    for (int i = 0; i < nbufs; i++) ok &= check_data(&job.bufs[i]);
+    for (int i = 0; i < nbufs; i++) free_bufs(&job.bufs[i]);
+    if (jl < sizeof json) printf("BENCH_JSON %s]}\n", json);
+    return ok ? 0 : 1;
+}
