@@ -3,9 +3,86 @@
 #include "core/held.h"
 
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 struct gvm_stats gvm_stats;
+
+/* ---- per-thread counters ------------------------------------------------ */
+
+__thread struct gvm_stats_local *gvm_stats_mine __attribute__((tls_model("initial-exec")));
+static struct gvm_stats_local *all_locals;
+static pthread_mutex_t locals_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t exit_key;
+static bool have_key;
+
+/* At thread exit: the block is free for the next new thread. A thread that
+ * counts again afterwards (a later destructor calling the driver) takes a
+ * block again, and glibc runs this again. */
+static void local_release(void *arg)
+{
+    struct gvm_stats_local *l = arg;
+    gvm_stats_mine = NULL;
+    __atomic_store_n(&l->idle, 1, __ATOMIC_RELEASE);
+}
+
+static void make_key(void) { have_key = pthread_key_create(&exit_key, local_release) == 0; }
+
+struct gvm_stats_local *gvm_stats_local_attach(void)
+{
+    pthread_once(&key_once, make_key);
+    struct gvm_stats_local *l;
+    pthread_mutex_lock(&locals_lock);
+    for (l = all_locals; l && !__atomic_load_n(&l->idle, __ATOMIC_ACQUIRE); l = l->next) {
+    }
+    if (l) {
+        __atomic_store_n(&l->idle, 0, __ATOMIC_RELAXED);
+    } else if ((l = calloc(1, sizeof *l))) {
+        l->next = all_locals;
+        __atomic_store_n(&all_locals, l, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&locals_lock);
+    /* Without the exit hook the block is never handed on; it still counts. */
+    if (l && have_key) pthread_setspecific(exit_key, l);
+    gvm_stats_mine = l;
+    return l;
+}
+
+static uint64_t load(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
+
+/* gvm_stats' per-thread counters, with every thread's block added. */
+static void sum_locals(uint64_t *passthrough, uint64_t *scanned, uint64_t *calls)
+{
+    *passthrough = load(&gvm_stats.passthrough_calls);
+    *scanned = load(&gvm_stats.launches_scanned);
+    for (int i = 0; i < GVM_FN_COUNT; i++) calls[i] = load(&gvm_stats.calls[i]);
+    for (struct gvm_stats_local *l = __atomic_load_n(&all_locals, __ATOMIC_ACQUIRE); l; l = l->next) {
+        *passthrough += load(&l->passthrough_calls);
+        *scanned += load(&l->launches_scanned);
+        for (int i = 0; i < GVM_FN_COUNT; i++) calls[i] += load(&l->calls[i]);
+    }
+}
+
+static void zero_local(struct gvm_stats_local *l)
+{
+    __atomic_store_n(&l->passthrough_calls, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&l->launches_scanned, 0, __ATOMIC_RELAXED);
+    for (int i = 0; i < GVM_FN_COUNT; i++) __atomic_store_n(&l->calls[i], 0, __ATOMIC_RELAXED);
+}
+
+void gvm_stats_after_fork(void)
+{
+    memset(&gvm_stats, 0, sizeof gvm_stats);
+    pthread_mutex_init(&locals_lock, NULL);
+    for (struct gvm_stats_local *l = all_locals; l; l = l->next) {
+        zero_local(l);
+        if (l != gvm_stats_mine) __atomic_store_n(&l->idle, 1, __ATOMIC_RELAXED);
+    }
+}
 
 void gvm_stats_live(int device, int64_t delta)
 {
@@ -23,7 +100,6 @@ void gvm_stats_resident(int loc, int64_t delta)
     __atomic_fetch_add(&gvm_stats.resident[gvm_loc_slot(loc)], delta, __ATOMIC_RELAXED);
 }
 
-static uint64_t load(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 static int64_t loadi(const int64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 
 static void write_device_array(FILE *out, const char *name, const int64_t *v, int n, int json)
@@ -100,13 +176,21 @@ void gvm_stats_write(FILE *out, int json, int ndev, const int64_t *device_used)
     if (ndev < 1) ndev = 1;
     if (ndev > GVM_MAX_DEVICES) ndev = GVM_MAX_DEVICES;
     uint64_t live = load(&gvm_stats.allocations_total) - load(&gvm_stats.frees_total);
+    /* The figures written: gvm_stats, the per-thread counters summed in. */
+    static struct gvm_stats snap;
+    static pthread_mutex_t snap_lock = PTHREAD_MUTEX_INITIALIZER;
+    pthread_mutex_lock(&snap_lock);
+#define GVM_STAT_COPY(name, doc) snap.name = load(&gvm_stats.name);
+    GVM_STAT_COUNTERS(GVM_STAT_COPY)
+#undef GVM_STAT_COPY
+    sum_locals(&snap.passthrough_calls, &snap.launches_scanned, snap.calls);
     if (json) fprintf(out, "{\n");
 #define GVM_STAT_WRITE(name, doc)                                              \
     if (json)                                                                  \
-        fprintf(out, "  \"%s\": %" PRIu64 ",\n", #name, load(&gvm_stats.name)); \
+        fprintf(out, "  \"%s\": %" PRIu64 ",\n", #name, snap.name);            \
     else                                                                       \
         fprintf(out, "gvmshim: stats: %-20s %" PRIu64 "  (%s)\n", #name,        \
-                load(&gvm_stats.name), doc);
+                snap.name, doc);
     GVM_STAT_COUNTERS(GVM_STAT_WRITE)
 #undef GVM_STAT_WRITE
     if (json)
@@ -130,7 +214,8 @@ void gvm_stats_write(FILE *out, int json, int ndev, const int64_t *device_used)
     write_held(out, "held_peak", gvm_held_peak, ndev, json);
     write_held(out, "limit", gvm_held_cap, ndev, json);
     if (device_used) write_outside(out, device_used, ndev, json);
-    write_calls(out, "driver_calls", gvm_stats.calls, json);
+    write_calls(out, "driver_calls", snap.calls, json);
+    pthread_mutex_unlock(&snap_lock);
     if (json) fprintf(out, ",\n");
     write_calls(out, "gvmshim_driver_calls", gvm_driver_calls, json);
     if (json) fprintf(out, "\n}\n");

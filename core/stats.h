@@ -1,5 +1,6 @@
 /* Counters printed on request at exit (GVM_STATS). Plain relaxed atomics:
- * they are read once at the end, so no ordering is needed. */
+ * they are read once at the end, so no ordering is needed. The ones every
+ * hooked call bumps are kept per thread (struct gvm_stats_local). */
 #ifndef GVM_STATS_H
 #define GVM_STATS_H
 
@@ -43,13 +44,51 @@ struct gvm_stats {
     int64_t bytes_live[GVM_MAX_DEVICES];   /* requested bytes, by device allocated on */
     int64_t peak_bytes[GVM_MAX_DEVICES];
     int64_t resident[GVM_LOC_SLOTS];       /* physical bytes of allocations, by location */
-    uint64_t calls[GVM_FN_COUNT];          /* calls the program made, by entry point */
+    uint64_t calls[GVM_FN_COUNT];          /* calls the program made, by entry point (with the
+                                              blocks of struct gvm_stats_local) */
 };
 
 extern struct gvm_stats gvm_stats;
 
 #define gvm_stat_add(field, n) __atomic_fetch_add(&gvm_stats.field, (n), __ATOMIC_RELAXED)
 #define gvm_stat_inc(field) gvm_stat_add(field, 1)
+
+/* The counters every hooked call bumps, one block per thread, summed when
+ * read: a shared counter is a locked instruction on every call, and a
+ * cache line that threads calling the driver at once pass back and forth.
+ * Only the owning thread writes its block (a plain load and store, atomic
+ * for the reader); the summary adds every block to gvm_stats' fields of
+ * the same names. Blocks are never freed: a thread that exits leaves its
+ * block, counts included, to the next new thread. */
+struct gvm_stats_local {
+    uint64_t passthrough_calls;
+    uint64_t launches_scanned;
+    uint64_t calls[GVM_FN_COUNT];
+    struct gvm_stats_local *next;     /* every block, newest first */
+    int idle;                         /* its thread has exited */
+};
+
+extern __thread struct gvm_stats_local *gvm_stats_mine __attribute__((tls_model("initial-exec")));
+
+/* This thread's block, made or taken over at its first count; NULL only
+ * when no memory is left (the count then goes to gvm_stats). */
+struct gvm_stats_local *gvm_stats_local_attach(void);
+
+#define gvm_stat_local_add(field, n)                                           \
+    do {                                                                       \
+        struct gvm_stats_local *l_ = gvm_stats_mine;                           \
+        if (__builtin_expect(!l_, 0)) l_ = gvm_stats_local_attach();           \
+        if (__builtin_expect(l_ != NULL, 1))                                   \
+            __atomic_store_n(&l_->field, __atomic_load_n(&l_->field, __ATOMIC_RELAXED) + (n), \
+                             __ATOMIC_RELAXED);                                \
+        else                                                                   \
+            gvm_stat_add(field, n);                                            \
+    } while (0)
+#define gvm_stat_local_inc(field) gvm_stat_local_add(field, 1)
+
+/* In a forked child: zero every counter; the blocks of the parent's other
+ * threads (gone in the child) become free. */
+void gvm_stats_after_fork(void);
 
 void gvm_stats_live(int device, int64_t delta);
 void gvm_stats_resident(int loc, int64_t delta);

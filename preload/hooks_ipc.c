@@ -11,7 +11,7 @@ GVM_EXPORT CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *handle, CUdevicept
         CUresult rc = gvm_ipc_export(handle, p);
         if (rc != CUDA_ERROR_NOT_FOUND) return rc;
     }
-    gvm_stat_inc(passthrough_calls);
+    gvm_stat_local_inc(passthrough_calls);
     return GVM_REAL(cuIpcGetMemHandle)(handle, p);
 }
 
@@ -23,7 +23,7 @@ static CUresult open_handle(__typeof__(cuIpcOpenMemHandle_v2) *real, enum gvm_dr
         CUresult rc = gvm_ipc_open(p, &h, flags);
         if (rc != CUDA_ERROR_NOT_FOUND) return rc;
     }
-    gvm_stat_inc(passthrough_calls);
+    gvm_stat_local_inc(passthrough_calls);
     return real(p, h, flags);
 }
 
@@ -44,6 +44,6 @@ GVM_EXPORT CUresult CUDAAPI cuIpcCloseMemHandle(CUdeviceptr p)
         CUresult rc = gvm_ipc_close(p);
         if (rc != CUDA_ERROR_NOT_FOUND) return rc;
     }
-    gvm_stat_inc(passthrough_calls);
+    gvm_stat_local_inc(passthrough_calls);
     return GVM_REAL(cuIpcCloseMemHandle)(p);
 }

@@ -126,7 +126,7 @@ static void collect(struct used *u, void *fn, void **params, void **extra)
     u->n = 0;
     /* Linked programs reach these hooks directly: scan only when asked. */
     if (!gvm_shim_active() || !gvm_shim_tracks_launches()) return;
-    gvm_stat_inc(launches_scanned);
+    gvm_stat_local_inc(launches_scanned);
     size_t budget = SCAN_LIMIT;
     if (params) {
         const struct layout *l = layout_of(fn);

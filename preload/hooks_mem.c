@@ -41,7 +41,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
     if (!dptr) return GVM_REAL(cuMemAlloc_v2)(dptr, bytesize);
     CUresult rc = serve(bytesize, dptr);
     if (rc != CUDA_ERROR_NOT_SUPPORTED) return rc;
-    gvm_stat_inc(passthrough_calls);
+    gvm_stat_local_inc(passthrough_calls);
     return GVM_REAL(cuMemAlloc_v2)(dptr, bytesize);
 }
 
@@ -65,7 +65,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch,
             return rc;
         }
     }
-    gvm_stat_inc(passthrough_calls);
+    gvm_stat_local_inc(passthrough_calls);
     return GVM_REAL(cuMemAllocPitch_v2)(dptr, pitch, width, height, elem);
 }
 
@@ -88,7 +88,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
         gvm_shim_capture_leave(&g);
         if (rc != CUDA_ERROR_NOT_FOUND) return rc;
     }
-    gvm_stat_inc(passthrough_calls);
+    gvm_stat_local_inc(passthrough_calls);
     return GVM_REAL(cuMemFree_v2)(dptr);
 }
 
@@ -98,7 +98,7 @@ static CUresult alloc_async(__typeof__(cuMemAllocAsync) *real, enum gvm_driver_f
                             size_t n, CUstream s)
 {
     gvm_hook_count(fn);
-    gvm_stat_inc(passthrough_calls);
+    gvm_stat_local_inc(passthrough_calls);
     return real(p, n, s);
 }
 
@@ -128,7 +128,7 @@ static CUresult free_async(__typeof__(cuMemFreeAsync) *real, __typeof__(cuStream
             return rc == CUDA_SUCCESS ? gvm_policy_free((uintptr_t)p) : rc;
         }
     }
-    gvm_stat_inc(passthrough_calls);
+    gvm_stat_local_inc(passthrough_calls);
     return real(p, s);
 }
 

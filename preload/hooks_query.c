@@ -41,7 +41,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *
             return rc;
         }
     }
-    gvm_stat_inc(passthrough_calls);
+    gvm_stat_local_inc(passthrough_calls);
     return GVM_REAL(cuMemGetAddressRange_v2)(pbase, psize, dptr);
 }
 
@@ -240,7 +240,7 @@ GVM_EXPORT CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribut
             return rc;
         }
     }
-    gvm_stat_inc(passthrough_calls);
+    gvm_stat_local_inc(passthrough_calls);
     return GVM_REAL(cuPointerGetAttribute)(data, attr, ptr);
 }
 
@@ -251,7 +251,7 @@ GVM_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int n, CUpointer_att
     struct gvm_ref ref;
     bool live = gvm_shim_active() && gvm_heap_find((uintptr_t)ptr, &ref);
     if (!live && !(gvm_shim_active() && stranger((uintptr_t)ptr))) {
-        gvm_stat_inc(passthrough_calls);
+        gvm_stat_local_inc(passthrough_calls);
         return GVM_REAL(cuPointerGetAttributes)(n, attrs, data, ptr);
     }
     /* The driver checks the arguments and assigns every attribute its

@@ -154,7 +154,7 @@ static void after_fork_child(void)
     forked = true;
     pthread_mutex_init(&start_lock, NULL);
     gvm_tags_after_fork();
-    memset(&gvm_stats, 0, sizeof gvm_stats);
+    gvm_stats_after_fork();
     if (__atomic_load_n(&core_state, __ATOMIC_ACQUIRE) || __atomic_load_n(&core_starting, __ATOMIC_ACQUIRE)) {
         __atomic_store_n(&core_state, -1, __ATOMIC_RELEASE);
         gvm_core_set_active(false);

@@ -57,7 +57,7 @@ bool gvm_shim_loading(void);
 /* Counts a call the program made to an intercepted entry point. */
 static inline void gvm_hook_count(enum gvm_driver_fn fn)
 {
-    __atomic_fetch_add(&gvm_stats.calls[fn], 1, __ATOMIC_RELAXED);
+    gvm_stat_local_inc(calls[fn]);
 }
 
 /* Announces use of memory at p for the duration of a call; NULL if p is not
