@@ -24,7 +24,21 @@ struct gvm_region *gvm_use_begin(uintptr_t p)
     return r;
 }
 
-void gvm_use_region(struct gvm_region *r)
+static void mark_used(struct gvm_region *r, uint64_t *tick)
+{
+    uint64_t last = __atomic_load_n(&r->last_use, __ATOMIC_RELAXED);
+    if (!*tick) {
+        uint64_t now = __atomic_load_n(&gvm_clock, __ATOMIC_RELAXED);
+        if (last == now) {
+            *tick = now;   /* the call's other regions join it */
+            return;
+        }
+        *tick = gvm_clock_tick();
+    }
+    if (last != *tick) __atomic_store_n(&r->last_use, *tick, __ATOMIC_RELAXED);
+}
+
+void gvm_use_region_in(struct gvm_region *r, uint64_t *tick)
 {
     for (;;) {
         __atomic_fetch_add(&r->users, 1, __ATOMIC_SEQ_CST);
@@ -34,7 +48,13 @@ void gvm_use_region(struct gvm_region *r)
         pthread_mutex_lock(&r->op);
         pthread_mutex_unlock(&r->op);
     }
-    __atomic_store_n(&r->last_use, gvm_clock_tick(), __ATOMIC_RELAXED);
+    mark_used(r, tick);
+}
+
+void gvm_use_region(struct gvm_region *r)
+{
+    uint64_t tick = 0;
+    gvm_use_region_in(r, &tick);
 }
 
 static unsigned moves_active, gate_users;

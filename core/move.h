@@ -24,6 +24,15 @@ struct gvm_region *gvm_use_begin(uintptr_t p);
 /* The same for a region already found. */
 void gvm_use_region(struct gvm_region *r);
 
+/* gvm_use_region for one of the regions a single call touches: they share
+ * one tick of the use clock, *tick (0 before the first of them needs one;
+ * regions used together have no order among themselves). A region that
+ * already holds the newest tick is left as it is: nothing was used since,
+ * so it is still the most recent, and a call repeated on the same regions
+ * writes neither the clock nor them (a locked add and a cache line passed
+ * between threads, on every call). */
+void gvm_use_region_in(struct gvm_region *r, uint64_t *tick);
+
 static inline void gvm_use_end(struct gvm_region *r)
 {
     if (r) __atomic_fetch_sub(&r->users, 1, __ATOMIC_SEQ_CST);

@@ -29,7 +29,9 @@ static inline void count_pass(struct gvm_region *a, struct gvm_region *b)
     {                                                                          \
         gvm_hook_count(GVM_FN_##fn);                                           \
         bool bad_ = false;                                                     \
-        struct gvm_region *a_ = use_a(pa, n, &bad_), *b_ = use_b(pb, n, &bad_); \
+        uint64_t tick_ = 0;                                                    \
+        struct gvm_region *a_ = use_a(pa, n, &bad_, &tick_, NULL);             \
+        struct gvm_region *b_ = use_b(pb, n, &bad_, &tick_, a_);               \
         CUresult rc_ = CUDA_ERROR_INVALID_VALUE;                               \
         if (!bad_) {                                                           \
             count_pass(a_, b_);                                                \
@@ -40,9 +42,9 @@ static inline void count_pass(struct gvm_region *a, struct gvm_region *b)
         return rc_;                                                            \
     }
 
-#define DEV(p, n, bad) gvm_shim_use_span((uintptr_t)(p), (n), (bad))
-#define HOST(p, n, bad) use_host_span((const void *)(p), (n), (bad))
-#define NONE(p, n, bad) ((void)(p), (struct gvm_region *)0)
+#define DEV(p, n, bad, tick, held) gvm_shim_use_span((uintptr_t)(p), (n), (bad), (tick), (held))
+#define HOST(p, n, bad, tick, held) use_host_span((const void *)(p), (n), (bad))
+#define NONE(p, n, bad, tick, held) ((void)(p), (struct gvm_region *)0)
 
 /* A host-side argument that is gvmshim memory living on host (rare): the
  * bound needs a lookup of its own. */
@@ -118,11 +120,12 @@ static size_t side_extent(const struct side *s, size_t w, size_t h, size_t d)
     return mul_add(1, first, span);
 }
 
-static struct gvm_region *use_side(const struct side *s, size_t w, size_t h, size_t d, bool *bad)
+static struct gvm_region *use_side(const struct side *s, size_t w, size_t h, size_t d, bool *bad,
+                                   uint64_t *tick, const struct gvm_region *held)
 {
     if (s->type == CU_MEMORYTYPE_DEVICE || s->type == CU_MEMORYTYPE_UNIFIED) {
         uintptr_t p = s->type == CU_MEMORYTYPE_UNIFIED && !s->dev ? (uintptr_t)s->host : s->dev;
-        return gvm_shim_use_span(p, side_extent(s, w, h, d), bad);
+        return gvm_shim_use_span(p, side_extent(s, w, h, d), bad, tick, held);
     }
     if (s->type == CU_MEMORYTYPE_HOST) return use_host_span(s->host, side_extent(s, w, h, d), bad);
     return NULL;
@@ -142,11 +145,12 @@ static struct gvm_region *use_side(const struct side *s, size_t w, size_t h, siz
         gvm_hook_count(GVM_FN_##fn);                                           \
         struct gvm_region *a_ = NULL, *b_ = NULL;                              \
         bool bad_ = false;                                                     \
+        uint64_t tick_ = 0;                                                    \
         if (desc && gvm_shim_active()) {                                       \
             struct side s_ = SIDE_##kind(desc, src), d_ = SIDE_##kind(desc, dst); \
             size_t w_ = (desc)->WidthInBytes, h_ = (desc)->Height, z_ = DEPTH_##kind(desc); \
-            a_ = use_side(&s_, w_, h_, z_, &bad_);                             \
-            b_ = use_side(&d_, w_, h_, z_, &bad_);                             \
+            a_ = use_side(&s_, w_, h_, z_, &bad_, &tick_, NULL);               \
+            b_ = use_side(&d_, w_, h_, z_, &bad_, &tick_, a_);                 \
         }                                                                      \
         CUresult rc_ = CUDA_ERROR_INVALID_VALUE;                               \
         if (!bad_) {                                                           \
@@ -189,14 +193,17 @@ static CUresult batch(enum gvm_driver_fn fn, __typeof__(cuMemcpyBatchAsync_v2) *
     struct gvm_region **used = stack;
     size_t n = 0;
     bool bad = false;
+    uint64_t tick = 0;
     if (gvm_shim_active() && dsts && srcs && sizes) {
         /* Arrays of that many pointers cannot exist. */
         if (count > SIZE_MAX / (2 * sizeof *used)) return CUDA_ERROR_INVALID_VALUE;
         if (count > BATCH_STACK) used = malloc(2 * count * sizeof *used);
         if (!used) return CUDA_ERROR_OUT_OF_MEMORY;
         for (size_t i = 0; i < count && !bad; i++) {
-            used[n++] = gvm_shim_use_span(dsts[i], sizes[i], &bad);
-            used[n++] = gvm_shim_use_span(srcs[i], sizes[i], &bad);
+            used[n] = gvm_shim_use_span(dsts[i], sizes[i], &bad, &tick, NULL);
+            n++;
+            used[n] = gvm_shim_use_span(srcs[i], sizes[i], &bad, &tick, used[n - 1]);
+            n++;
         }
     }
     CUresult rc = CUDA_ERROR_INVALID_VALUE;
@@ -241,7 +248,8 @@ static inline size_t set_span(size_t pitch, size_t w, size_t elem, size_t h)
     {                                                                          \
         gvm_hook_count(GVM_FN_##fn);                                           \
         bool bad_ = false;                                                     \
-        struct gvm_region *a_ = gvm_shim_use_span(dst, span, &bad_);           \
+        uint64_t tick_ = 0;                                                    \
+        struct gvm_region *a_ = gvm_shim_use_span(dst, span, &bad_, &tick_, NULL); \
         if (bad_) return CUDA_ERROR_INVALID_VALUE;                             \
         count_pass(a_, NULL);                                                  \
         CUresult rc_ = GVM_REAL(fn) args;                                      \

@@ -118,7 +118,8 @@ static void scan(struct used *u, void *fn, void **params, void **extra)
         double t1 = launch_ms();
         if (t1 - t0 > 0.5) gvm_debug("launch: %d region(s), %.2f ms before the launch", u->n, t1 - t0);
     }
-    for (int i = 0; i < u->n; i++) gvm_use_region(u->r[i]);
+    uint64_t tick = 0;
+    for (int i = 0; i < u->n; i++) gvm_use_region_in(u->r[i], &tick);
 }
 
 static void collect(struct used *u, void *fn, void **params, void **extra)

@@ -71,8 +71,12 @@ struct gvm_region *gvm_shim_use_host(const void *p, size_t n);
 
 /* gvm_shim_use for a call touching [p, p+n): sets *bad (and announces
  * nothing) when p is gvmshim's and the span leaves the live allocation
- * containing p, or p is in no live allocation. */
-static inline struct gvm_region *gvm_shim_use_span(uintptr_t p, size_t n, bool *bad)
+ * containing p, or p is in no live allocation. *tick is the call's use
+ * clock (gvm_use_region_in). A region the call announced already (`held`,
+ * the other side of a copy inside the same allocation or chunk) is not
+ * announced twice: NULL, nothing to end. */
+static inline struct gvm_region *gvm_shim_use_span(uintptr_t p, size_t n, bool *bad, uint64_t *tick,
+                                                   const struct gvm_region *held)
 {
     if (!gvm_shim_active()) return NULL;
     size_t room;
@@ -81,7 +85,8 @@ static inline struct gvm_region *gvm_shim_use_span(uintptr_t p, size_t n, bool *
         *bad = true;
         return NULL;
     }
-    if (r) gvm_use_region(r);
+    if (!r || r == held) return NULL;
+    gvm_use_region_in(r, tick);
     return r;
 }
 

@@ -4,6 +4,7 @@
 #include "simcore.h"
 
 #include "core/held.h"
+#include "core/ids.h"
 #include "core/log.h"
 #include "core/move.h"
 #include "policy/config.h"
@@ -90,6 +91,47 @@ static void evicts_the_least_recently_used(void)
     CHECK_EQ(gvm_stats.spills, 1);
     /* Freeing the spilled one works from where it lives. */
     CHECK_EQ(gvm_policy_free(b), CUDA_SUCCESS);
+}
+
+/* The use clock orders calls: the regions one call touches share a tick,
+ * a call repeated on the regions used last writes neither the clock nor
+ * them, a use of anything older ticks, and a use after a spill counts as
+ * one since the spill. */
+static void the_use_clock_orders_calls(void)
+{
+    const char *kv[] = {"device_limit", "0:80M", "spill", "host", "promote", "0", NULL};
+    start_policy(kv);
+    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB), c = palloc(24 * MiB);
+    struct gvm_region *ra = gvm_heap_region(a), *rb = gvm_heap_region(b), *rc = gvm_heap_region(c);
+    for (int round = 0; round < 2; round++) {
+        uint64_t before = GVM_LOAD(gvm_clock), tick = 0;
+        gvm_use_region_in(ra, &tick);
+        gvm_use_region_in(rb, &tick);
+        gvm_use_end(ra);
+        gvm_use_end(rb);
+        CHECK(tick != 0);
+        CHECK_EQ(GVM_LOAD(ra->last_use), tick);
+        CHECK_EQ(GVM_LOAD(rb->last_use), tick);
+        CHECK(GVM_LOAD(rc->last_use) < tick);
+        /* The first round ticks once; the repeat finds both newest. */
+        CHECK_EQ(GVM_LOAD(gvm_clock), round ? before : before + 1);
+    }
+    touch(c);
+    touch(a);
+    touch(a);
+    CHECK(GVM_LOAD(ra->last_use) > GVM_LOAD(rc->last_use));
+    CHECK(GVM_LOAD(rc->last_use) > GVM_LOAD(rb->last_use));
+    CHECK_EQ(GVM_LOAD(ra->last_use), GVM_LOAD(gvm_clock));
+    fill(b, 24 * MiB, 3);
+    uintptr_t d = palloc(24 * MiB);          /* b is the coldest */
+    CHECK_EQ(where(b), GVM_HOST);
+    CHECK_EQ(where(a), 0);
+    CHECK_EQ(where(c), 0);
+    touch(b);
+    CHECK(GVM_LOAD(rb->last_use) > GVM_LOAD(rb->spilled_at));
+    CHECK(intact(b, 24 * MiB, 3));
+    uintptr_t all[] = {a, b, c, d};
+    for (int i = 0; i < 4; i++) CHECK_EQ(gvm_policy_free(all[i]), CUDA_SUCCESS);
 }
 
 static void a_job_that_fits_never_spills(void)
@@ -647,6 +689,7 @@ static void failure_during_a_two_way_swap_keeps_data(void)
 
 static const struct test_case cases[] = {
     TEST_ENTRY(evicts_the_least_recently_used)
+    TEST_ENTRY(the_use_clock_orders_calls)
     TEST_ENTRY(a_job_that_fits_never_spills)
     TEST_ENTRY(place_mode_puts_the_new_allocation_on_the_target)
     TEST_ENTRY(peer_first_then_host)
