@@ -148,11 +148,13 @@ struct op {
     bool shared;          /* every thread uses thread 0's buffers */
 };
 
-static void run_op(const struct op *op, struct bufs *m, int which, long n)
+/* off: where in the buffers this thread copies (threads sharing them write
+ * bytes of their own). */
+static void run_op(const struct op *op, struct bufs *m, int which, long n, size_t off)
 {
     if (!strcmp(op->name, "copy") || !strcmp(op->name, "copy-shared")) {
         __typeof__(cuMemcpyDtoDAsync_v2) *f = ep.copy[which];
-        for (long i = 0; i < n; i++) CK("cuMemcpyDtoDAsync_v2", f(m->b, m->a, SPAN, m->s));
+        for (long i = 0; i < n; i++) CK("cuMemcpyDtoDAsync_v2", f(m->b + off, m->a + off, SPAN, m->s));
     } else if (!strcmp(op->name, "memset")) {
         __typeof__(cuMemsetD8Async) *f = ep.set[which];
         for (long i = 0; i < n; i++) CK("cuMemsetD8Async", f(m->c, (unsigned char)i, SPAN, m->s));
@@ -179,7 +181,7 @@ struct job {
     long n;                               /* calls per batch */
     pthread_barrier_t bar;
     struct bufs bufs[MAX_THREADS];
-    double ns[MAX_THREADS][MAX_ROUNDS][2];   /* per call, per thread, round, which */
+    double t[MAX_THREADS][MAX_ROUNDS][2][2]; /* start, end of each thread's batch, by round, which */
 };
 
 struct worker {
@@ -198,9 +200,9 @@ static void *work(void *arg)
         for (int k = 0; k < 2; k++) {
             int which = (r + k) & 1;
             pthread_barrier_wait(&j->bar);
-            double t0 = now_ns();
-            run_op(j->op, m, which, j->n);
-            j->ns[w->id][r][which] = (now_ns() - t0) / (double)j->n;
+            j->t[w->id][r][which][0] = now_ns();
+            run_op(j->op, m, which, j->n, j->op->shared ? (size_t)w->id * SPAN : 0);
+            j->t[w->id][r][which][1] = now_ns();
         }
     }
     return NULL;
@@ -219,9 +221,30 @@ static double median(double *v, int n)
 }
 
 struct result {
-    double native, shim, added;   /* ns per call: medians over rounds of the thread mean */
+    double native, shim, added;   /* ns per call, best round of each */
+    double native_med, shim_med;  /* the median round */
+    int rounds;                   /* rounds counted */
 };
 
+/* The mean ns per call of round r's batches of `which`, or -1 when the
+ * threads' batches did not run at the same time (on a busy machine one may
+ * wait for a core): at least 80% of each batch overlapping the others. */
+static double round_ns(const struct job *j, int r, int which)
+{
+    double start = 0, end = 1e300, longest = 0, sum = 0;
+    for (int i = 0; i < j->nthreads; i++) {
+        const double *t = j->t[i][r][which];
+        start = t[0] > start ? t[0] : start;
+        end = t[1] < end ? t[1] : end;
+        longest = t[1] - t[0] > longest ? t[1] - t[0] : longest;
+        sum += t[1] - t[0];
+    }
+    if (j->nthreads > 1 && end - start < 0.8 * longest) return -1;
+    return sum / j->nthreads / (double)j->n;
+}
+
+/* Each side's best round is what the call costs when nothing else runs on
+ * the core (other processes only ever add); the medians are kept too. */
 static struct result measure(struct job *j)
 {
     pthread_barrier_init(&j->bar, NULL, (unsigned)j->nthreads);
@@ -233,18 +256,22 @@ static struct result measure(struct job *j)
     }
     for (int i = 0; i < j->nthreads; i++) pthread_join(t[i], NULL);
     pthread_barrier_destroy(&j->bar);
-    static double nat[MAX_ROUNDS], shim[MAX_ROUNDS], diff[MAX_ROUNDS];
+    static double nat[MAX_ROUNDS], shim[MAX_ROUNDS];
+    int n = 0;
     for (int r = 0; r < j->rounds; r++) {
-        double a = 0, b = 0;
-        for (int i = 0; i < j->nthreads; i++) {
-            a += j->ns[i][r][NATIVE];
-            b += j->ns[i][r][SHIM];
-        }
-        nat[r] = a / j->nthreads;
-        shim[r] = b / j->nthreads;
-        diff[r] = shim[r] - nat[r];
+        double a = round_ns(j, r, NATIVE), b = round_ns(j, r, SHIM);
+        if (a < 0 || b < 0) continue;
+        nat[n] = a;
+        shim[n++] = b;
     }
-    return (struct result){median(nat, j->rounds), median(shim, j->rounds), median(diff, j->rounds)};
+    struct result res = {-1, -1, 0, -1, -1, n};
+    if (!n) return res;
+    res.native_med = median(nat, n);   /* sorts: the best is first */
+    res.shim_med = median(shim, n);
+    res.native = nat[0];
+    res.shim = shim[0];
+    res.added = res.shim - res.native;
+    return res;
 }
 
 /* ---- set-up and checks --------------------------------------------------- */
@@ -298,8 +325,8 @@ static long calibrate(const struct op *op, struct bufs *m, double batch_ns)
 {
     for (long n = 1;; n *= 2) {
         double t0 = now_ns();
-        run_op(op, m, NATIVE, n);
-        run_op(op, m, SHIM, n);
+        run_op(op, m, NATIVE, n, 0);
+        run_op(op, m, SHIM, n, 0);
         double per = (now_ns() - t0) / (2.0 * (double)n);
         if (per * (double)n >= batch_ns / 8 || n >= (1L << 20)) {
             long k = (long)(batch_ns / (per > 1 ? per : 1));
@@ -351,7 +378,8 @@ int main(int argc, char **argv)
     bool ok = true;
     for (int i = 0; i < nbufs; i++) ok &= check_data(&job.bufs[i]);
 
-    printf("%-14s %7s %12s %12s %12s %8s\n", "op", "threads", "native ns", "shim ns", "added ns", "calls");
+    printf("%-14s %7s %12s %12s %12s %12s %12s %6s\n", "op", "threads", "native ns", "shim ns", "added ns",
+           "native med", "shim med", "rounds");
     char json[16384];
     size_t jl = (size_t)snprintf(json, sizeof json, "{\"bench\": \"hooks\", \"shim\": %d, \"rows\": [",
                                  shim_loaded ? 1 : 0);
@@ -374,15 +402,16 @@ int main(int argc, char **argv)
             job.rounds = rounds;
             job.n = calibrate(&op, &job.bufs[0], batch_us * 1e3);
             struct result r = measure(&job);
-            printf("%-14s %7d %12.1f %12.1f %+12.1f %8ld\n", name, threads[t], r.native, r.shim, r.added,
-                   job.n * rounds);
+            printf("%-14s %7d %12.1f %12.1f %+12.1f %12.1f %12.1f %6d\n", name, threads[t], r.native, r.shim,
+                   r.added, r.native_med, r.shim_med, r.rounds);
             fflush(stdout);
             if (jl < sizeof json)
                 jl += (size_t)snprintf(json + jl, sizeof json - jl,
                                        "%s{\"op\": \"%s\", \"threads\": %d, \"native_ns\": %.1f, \"shim_ns\": %.1f, "
-                                       "\"added_ns\": %.1f, \"calls\": %ld}",
+                                       "\"added_ns\": %.1f, \"native_median_ns\": %.1f, \"shim_median_ns\": %.1f, "
+                                       "\"rounds\": %d, \"calls_per_batch\": %ld}",
                                        rows++ ? ", " : "", name, threads[t], r.native, r.shim, r.added,
-                                       job.n * rounds);
+                                       r.native_med, r.shim_med, r.rounds, job.n);
         }
     }
     free(ops);
