@@ -4,52 +4,19 @@
 
 #include <inttypes.h>
 #include <pthread.h>
-#include <stdbool.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 struct gvm_stats gvm_stats;
 
 /* ---- per-thread counters ------------------------------------------------ */
 
-__thread struct gvm_stats_local *gvm_stats_mine __attribute__((tls_model("initial-exec")));
-static struct gvm_stats_local *all_locals;
-static pthread_mutex_t locals_lock = PTHREAD_MUTEX_INITIALIZER;
-static pthread_once_t key_once = PTHREAD_ONCE_INIT;
-static pthread_key_t exit_key;
-static bool have_key;
-
-/* At thread exit: the block is free for the next new thread. A thread that
- * counts again afterwards (a later destructor calling the driver) takes a
- * block again, and glibc runs this again. */
-static void local_release(void *arg)
-{
-    struct gvm_stats_local *l = arg;
-    gvm_stats_mine = NULL;
-    __atomic_store_n(&l->idle, 1, __ATOMIC_RELEASE);
-}
-
-static void make_key(void) { have_key = pthread_key_create(&exit_key, local_release) == 0; }
+__thread struct gvm_perthread *gvm_stats_mine __attribute__((tls_model("initial-exec")));
+static struct gvm_perthread_list locals = GVM_PERTHREAD_LIST(struct gvm_stats_local);
 
 struct gvm_stats_local *gvm_stats_local_attach(void)
 {
-    pthread_once(&key_once, make_key);
-    struct gvm_stats_local *l;
-    pthread_mutex_lock(&locals_lock);
-    for (l = all_locals; l && !__atomic_load_n(&l->idle, __ATOMIC_ACQUIRE); l = l->next) {
-    }
-    if (l) {
-        __atomic_store_n(&l->idle, 0, __ATOMIC_RELAXED);
-    } else if ((l = calloc(1, sizeof *l))) {
-        l->next = all_locals;
-        __atomic_store_n(&all_locals, l, __ATOMIC_RELEASE);
-    }
-    pthread_mutex_unlock(&locals_lock);
-    /* Without the exit hook the block is never handed on; it still counts. */
-    if (l && have_key) pthread_setspecific(exit_key, l);
-    gvm_stats_mine = l;
-    return l;
+    return (struct gvm_stats_local *)gvm_perthread_attach(&locals, &gvm_stats_mine);
 }
 
 static uint64_t load(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
@@ -60,7 +27,8 @@ static void sum_locals(uint64_t *passthrough, uint64_t *scanned, uint64_t *calls
     *passthrough = load(&gvm_stats.passthrough_calls);
     *scanned = load(&gvm_stats.launches_scanned);
     for (int i = 0; i < GVM_FN_COUNT; i++) calls[i] = load(&gvm_stats.calls[i]);
-    for (struct gvm_stats_local *l = __atomic_load_n(&all_locals, __ATOMIC_ACQUIRE); l; l = l->next) {
+    for (struct gvm_perthread *b = gvm_perthread_first(&locals); b; b = b->next) {
+        const struct gvm_stats_local *l = (const struct gvm_stats_local *)b;
         *passthrough += load(&l->passthrough_calls);
         *scanned += load(&l->launches_scanned);
         for (int i = 0; i < GVM_FN_COUNT; i++) calls[i] += load(&l->calls[i]);
@@ -77,11 +45,9 @@ static void zero_local(struct gvm_stats_local *l)
 void gvm_stats_after_fork(void)
 {
     memset(&gvm_stats, 0, sizeof gvm_stats);
-    pthread_mutex_init(&locals_lock, NULL);
-    for (struct gvm_stats_local *l = all_locals; l; l = l->next) {
-        zero_local(l);
-        if (l != gvm_stats_mine) __atomic_store_n(&l->idle, 1, __ATOMIC_RELAXED);
-    }
+    gvm_perthread_after_fork(&locals, gvm_stats_mine);
+    for (struct gvm_perthread *b = gvm_perthread_first(&locals); b; b = b->next)
+        zero_local((struct gvm_stats_local *)b);
 }
 
 void gvm_stats_live(int device, int64_t delta)

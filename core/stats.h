@@ -6,6 +6,7 @@
 
 #include "core/driver.h"
 #include "core/location.h"
+#include "core/perthread.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -61,14 +62,13 @@ extern struct gvm_stats gvm_stats;
  * the same names. Blocks are never freed: a thread that exits leaves its
  * block, counts included, to the next new thread. */
 struct gvm_stats_local {
+    struct gvm_perthread head;
     uint64_t passthrough_calls;
     uint64_t launches_scanned;
     uint64_t calls[GVM_FN_COUNT];
-    struct gvm_stats_local *next;     /* every block, newest first */
-    int idle;                         /* its thread has exited */
 };
 
-extern __thread struct gvm_stats_local *gvm_stats_mine __attribute__((tls_model("initial-exec")));
+extern __thread struct gvm_perthread *gvm_stats_mine __attribute__((tls_model("initial-exec")));
 
 /* This thread's block, made or taken over at its first count; NULL only
  * when no memory is left (the count then goes to gvm_stats). */
@@ -76,7 +76,7 @@ struct gvm_stats_local *gvm_stats_local_attach(void);
 
 #define gvm_stat_local_add(field, n)                                           \
     do {                                                                       \
-        struct gvm_stats_local *l_ = gvm_stats_mine;                           \
+        struct gvm_stats_local *l_ = (struct gvm_stats_local *)gvm_stats_mine; \
         if (__builtin_expect(!l_, 0)) l_ = gvm_stats_local_attach();           \
         if (__builtin_expect(l_ != NULL, 1))                                   \
             __atomic_store_n(&l_->field, __atomic_load_n(&l_->field, __ATOMIC_RELAXED) + (n), \
