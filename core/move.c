@@ -5,6 +5,7 @@
 #include "core/heap.h"
 #include "core/ids.h"
 #include "core/log.h"
+#include "core/perthread.h"
 #include "core/settings.h"
 #include "core/slab.h"
 #include "core/stats.h"
@@ -38,12 +39,89 @@ static void mark_used(struct gvm_region *r, uint64_t *tick)
     if (last != *tick) __atomic_store_n(&r->last_use, *tick, __ATOMIC_RELAXED);
 }
 
+/* ---- announcements -------------------------------------------------------
+ *
+ * A thread announces the regions its calls use in a block of its own: a
+ * store into a slot, then a load of `moving` (no read-modify-write on a
+ * line other threads write, where r->users took two per region and call,
+ * its line passed back and forth between threads using the same region).
+ * A mover raises `moving`, then waits while any slot of any thread holds
+ * the region. All four are seq_cst, so neither store passes the load
+ * after it: Dekker's handshake, one side always sees the other. A thread
+ * holding more regions at once than it has slots (a launch reaching many
+ * allocations, a kernel body calling the driver) counts the rest in
+ * r->users, the same handshake with read-modify-writes. An announcement
+ * ends on the thread that made it. */
+
+#define USE_SLOTS 16
+
+struct use_block {
+    struct gvm_perthread head;
+    struct gvm_region *slot[USE_SLOTS];   /* written by the owner only */
+};
+
+static __thread struct gvm_perthread *my_uses __attribute__((tls_model("initial-exec")));
+static struct gvm_perthread_list use_blocks = GVM_PERTHREAD_LIST(struct use_block);
+
+/* A free slot of this thread's block, or NULL (none left, no memory). */
+static struct gvm_region **free_slot(void)
+{
+    struct use_block *b = (struct use_block *)my_uses;
+    if (__builtin_expect(!b, 0)) b = (struct use_block *)gvm_perthread_attach(&use_blocks, &my_uses);
+    if (!b) return NULL;
+    for (int i = 0; i < USE_SLOTS; i++)
+        if (!b->slot[i]) return &b->slot[i];
+    return NULL;
+}
+
+/* Announces r; false (announcing nothing) while it moves. */
+static bool announce(struct gvm_region *r)
+{
+    struct gvm_region **slot = free_slot();
+    if (!slot) {
+        __atomic_fetch_add(&r->users, 1, __ATOMIC_SEQ_CST);
+        if (!__atomic_load_n(&r->moving, __ATOMIC_SEQ_CST)) return true;
+        __atomic_fetch_sub(&r->users, 1, __ATOMIC_SEQ_CST);
+        return false;
+    }
+    /* Both seq_cst: the store may not pass the load (on x86 the store is
+     * the one locked instruction, on this thread's own line). */
+    __atomic_store_n(slot, r, __ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&r->moving, __ATOMIC_SEQ_CST)) return true;
+    __atomic_store_n(slot, NULL, __ATOMIC_RELEASE);
+    return false;
+}
+
+void gvm_use_end(struct gvm_region *r)
+{
+    if (!r) return;
+    struct use_block *b = (struct use_block *)my_uses;
+    for (int i = USE_SLOTS - 1; b && i >= 0; i--) {
+        if (b->slot[i] == r) {
+            /* Release: what the call did happens before the mover's look. */
+            __atomic_store_n(&b->slot[i], NULL, __ATOMIC_RELEASE);
+            return;
+        }
+    }
+    __atomic_fetch_sub(&r->users, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Whether any thread has r announced. Called after raising r->moving
+ * (seq_cst, like every load here). */
+static bool announced(struct gvm_region *r)
+{
+    if (__atomic_load_n(&r->users, __ATOMIC_SEQ_CST)) return true;
+    for (struct gvm_perthread *h = gvm_perthread_first(&use_blocks); h; h = h->next) {
+        struct use_block *b = (struct use_block *)h;
+        for (int i = 0; i < USE_SLOTS; i++)
+            if (__atomic_load_n(&b->slot[i], __ATOMIC_SEQ_CST) == r) return true;
+    }
+    return false;
+}
+
 void gvm_use_region_in(struct gvm_region *r, uint64_t *tick)
 {
-    for (;;) {
-        __atomic_fetch_add(&r->users, 1, __ATOMIC_SEQ_CST);
-        if (!__atomic_load_n(&r->moving, __ATOMIC_SEQ_CST)) break;
-        __atomic_fetch_sub(&r->users, 1, __ATOMIC_SEQ_CST);
+    while (!announce(r)) {
         /* The mover holds r->op for the whole move: wait on it. */
         pthread_mutex_lock(&r->op);
         pthread_mutex_unlock(&r->op);
@@ -76,7 +154,7 @@ void gvm_move_enter(struct gvm_region *r)
     __atomic_fetch_add(&moves_active, 1, __ATOMIC_SEQ_CST);
     while (__atomic_load_n(&gate_users, __ATOMIC_SEQ_CST)) sched_yield();
     __atomic_store_n(&r->moving, 1, __ATOMIC_SEQ_CST);
-    while (__atomic_load_n(&r->users, __ATOMIC_SEQ_CST)) sched_yield();
+    while (announced(r)) sched_yield();
 }
 
 void gvm_move_leave(struct gvm_region *r)

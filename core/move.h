@@ -5,9 +5,9 @@
  * raises `moving`, waits until no announced call is inside, then waits for
  * all queued device work: from then on nothing the program started can
  * touch the old memory, and announced calls wait for the move to finish.
- * The pair of seq_cst operations on each side (users++ then read moving;
- * moving=1 then read users) is Dekker's handshake: one side always sees
- * the other. */
+ * Each side writes, then reads the other's, all seq_cst (announce r, then
+ * read moving; moving=1, then look for announcements of r): Dekker's
+ * handshake, one side always sees the other (move.c). */
 #ifndef GVM_MOVE_H
 #define GVM_MOVE_H
 
@@ -33,10 +33,8 @@ void gvm_use_region(struct gvm_region *r);
  * between threads, on every call). */
 void gvm_use_region_in(struct gvm_region *r, uint64_t *tick);
 
-static inline void gvm_use_end(struct gvm_region *r)
-{
-    if (r) __atomic_fetch_sub(&r->users, 1, __ATOMIC_SEQ_CST);
-}
+/* Ends an announcement of r (NULL: nothing) on the thread that made it. */
+void gvm_use_end(struct gvm_region *r);
 
 /* Graph launches cannot be scanned: each holds this gate for the launch
  * call, and a move closes it (and waits for holders) before it starts. */

@@ -484,6 +484,56 @@ static void a_stale_announcement_ends_on_the_reused_record(void)
     CHECK_EQ(gvm_heap_free(q), CUDA_SUCCESS);
 }
 
+/* A thread holding more announcements than it has slots (a launch reaching
+ * many allocations) counts the rest on the regions: a move of the first
+ * one it announced and of the last both wait until it ends them. */
+#define HELD 24
+
+struct mover {
+    uintptr_t p;
+    int done;
+    gvm_status st;
+};
+
+static void *move_to_host(void *arg)
+{
+    struct mover *m = arg;
+    CHECK_EQ(gvm_drv.cuCtxSetCurrent(ctx0), CUDA_SUCCESS);
+    m->st = gvm_migrate((void *)m->p, GVM_HOST);
+    __atomic_store_n(&m->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static void moves_wait_for_every_announcement_of_a_thread(void)
+{
+    sim_start(2, 512 * MiB, no_cache);
+    ctx0 = current_ctx();
+    uintptr_t p[HELD];
+    struct gvm_region *r[HELD];
+    for (int i = 0; i < HELD; i++) {
+        p[i] = sim_alloc(4 * MiB);
+        fill(p[i], 4 * MiB, 40 + (uint32_t)i);
+        r[i] = gvm_use_begin(p[i]);
+        CHECK(r[i] != NULL);
+    }
+    alarm_after(20);
+    struct mover m[2] = {{.p = p[0]}, {.p = p[HELD - 1]}};
+    pthread_t t[2];
+    for (int k = 0; k < 2; k++) CHECK_EQ(pthread_create(&t[k], NULL, move_to_host, &m[k]), 0);
+    struct timespec pause = {0, 50 * 1000 * 1000};
+    nanosleep(&pause, NULL);
+    for (int k = 0; k < 2; k++) CHECK(!__atomic_load_n(&m[k].done, __ATOMIC_ACQUIRE));
+    for (int i = HELD - 1; i >= 0; i--) gvm_use_end(r[i]);
+    for (int k = 0; k < 2; k++) {
+        pthread_join(t[k], NULL);
+        CHECK_EQ(m[k].st, GVM_OK);
+    }
+    for (int i = 0; i < HELD; i++) {
+        CHECK(intact(p[i], 4 * MiB, 40 + (uint32_t)i));
+        CHECK_EQ(gvm_heap_free(p[i]), CUDA_SUCCESS);
+    }
+}
+
 /* What a lock-free lookup can see when an alias record is unaliased and
  * reset for reuse between its reads: kind ALIAS still, no target. Every
  * reader must answer "not ours" instead of following the NULL. */
@@ -512,6 +562,7 @@ static void lookups_survive_an_alias_record_reset_under_them(void)
 
 static const struct test_case cases[] = {
     TEST_ENTRY(a_stale_announcement_ends_on_the_reused_record)
+    TEST_ENTRY(moves_wait_for_every_announcement_of_a_thread)
     TEST_ENTRY(lookups_survive_an_alias_record_reset_under_them)
     TEST_ENTRY(small_chunks_come_and_go_while_promoted)
     TEST_ENTRY(everything_at_once_keeps_data)
