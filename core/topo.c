@@ -225,8 +225,10 @@ static CUresult sync_device(int dev)
     if (rc != CUDA_SUCCESS) return rc;
     if (cur == dev && (rc = DRV(cuCtxSynchronize)) != CUDA_SUCCESS) return rc;
     if (cur != dev) c = NULL;
-    /* The primary context too, unless it is the one just synchronized. */
-    if (ctx_active(dev) && gvm_topo_ctx(dev, &primary) == CUDA_SUCCESS && primary != c) {
+    /* The primary context too, unless it is the one just synchronized (as
+     * it is under cudart; known once gvmshim holds it: no query needed). */
+    CUcontext held = __atomic_load_n(&gvm_topo.dev[dev].ctx, __ATOMIC_ACQUIRE);
+    if ((!c || held != c) && ctx_active(dev) && gvm_topo_ctx(dev, &primary) == CUDA_SUCCESS && primary != c) {
         if ((rc = gvm_topo_push(dev)) != CUDA_SUCCESS) return rc;
         rc = DRV(cuCtxSynchronize);
         gvm_topo_pop();
