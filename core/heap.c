@@ -258,10 +258,10 @@ static CUresult alloc_large(size_t size, int device, CUcontext ctx, const struct
     bool at_home = pl->loc == device && !pl->interleave;
     struct gvm_region *r = at_home ? cache_take(device, rounded) : NULL;
     if (r) {
-        gvm_stat_inc(cache_hits);
+        gvm_stat_local_inc(cache_hits);
         r->ctx = ctx;
     } else {
-        gvm_stat_inc(cache_misses);
+        gvm_stat_local_inc(cache_misses);
         CUresult rc = new_region(rounded, device, ctx, pl, tag, &r);
         if (rc != CUDA_SUCCESS) return rc;
     }
@@ -331,7 +331,7 @@ CUresult gvm_heap_alloc(size_t size, int device, CUcontext ctx, const struct gvm
         rc = gvm_slab_alloc(device, size, tag, ctx, out);
         if (rc == CUDA_ERROR_OUT_OF_MEMORY && gvm_heap_trim(device))
             rc = gvm_slab_alloc(device, size, tag, ctx, out);
-        if (rc == CUDA_SUCCESS) gvm_stat_inc(small_allocations);
+        if (rc == CUDA_SUCCESS) gvm_stat_local_inc(small_allocations);
     } else {
         rc = alloc_large(size, device, ctx, place, tag, out);
     }

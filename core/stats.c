@@ -21,24 +21,27 @@ struct gvm_stats_local *gvm_stats_local_attach(void)
 
 static uint64_t load(const uint64_t *p) { return __atomic_load_n(p, __ATOMIC_RELAXED); }
 
-/* gvm_stats' per-thread counters, with every thread's block added. */
-static void sum_locals(uint64_t *passthrough, uint64_t *scanned, uint64_t *calls)
+/* Sets snap's per-thread counters: gvm_stats' own with every block added. */
+static void sum_locals(struct gvm_stats *snap)
 {
-    *passthrough = load(&gvm_stats.passthrough_calls);
-    *scanned = load(&gvm_stats.launches_scanned);
-    for (int i = 0; i < GVM_FN_COUNT; i++) calls[i] = load(&gvm_stats.calls[i]);
+#define GVM_STAT_SUM(name) snap->name = load(&gvm_stats.name);
+    GVM_STAT_LOCAL_COUNTERS(GVM_STAT_SUM)
+#undef GVM_STAT_SUM
+    for (int i = 0; i < GVM_FN_COUNT; i++) snap->calls[i] = load(&gvm_stats.calls[i]);
     for (struct gvm_perthread *b = gvm_perthread_first(&locals); b; b = b->next) {
         const struct gvm_stats_local *l = (const struct gvm_stats_local *)b;
-        *passthrough += load(&l->passthrough_calls);
-        *scanned += load(&l->launches_scanned);
-        for (int i = 0; i < GVM_FN_COUNT; i++) calls[i] += load(&l->calls[i]);
+#define GVM_STAT_SUM(name) snap->name += load(&l->name);
+        GVM_STAT_LOCAL_COUNTERS(GVM_STAT_SUM)
+#undef GVM_STAT_SUM
+        for (int i = 0; i < GVM_FN_COUNT; i++) snap->calls[i] += load(&l->calls[i]);
     }
 }
 
 static void zero_local(struct gvm_stats_local *l)
 {
-    __atomic_store_n(&l->passthrough_calls, 0, __ATOMIC_RELAXED);
-    __atomic_store_n(&l->launches_scanned, 0, __ATOMIC_RELAXED);
+#define GVM_STAT_ZERO(name) __atomic_store_n(&l->name, 0, __ATOMIC_RELAXED);
+    GVM_STAT_LOCAL_COUNTERS(GVM_STAT_ZERO)
+#undef GVM_STAT_ZERO
     for (int i = 0; i < GVM_FN_COUNT; i++) __atomic_store_n(&l->calls[i], 0, __ATOMIC_RELAXED);
 }
 
@@ -149,7 +152,7 @@ void gvm_stats_write(FILE *out, int json, int ndev, const int64_t *device_used)
 #define GVM_STAT_COPY(name, doc) snap.name = load(&gvm_stats.name);
     GVM_STAT_COUNTERS(GVM_STAT_COPY)
 #undef GVM_STAT_COPY
-    sum_locals(&snap.passthrough_calls, &snap.launches_scanned, snap.calls);
+    sum_locals(&snap);
     if (json) fprintf(out, "{\n");
 #define GVM_STAT_WRITE(name, doc)                                              \
     if (json)                                                                  \

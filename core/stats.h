@@ -54,17 +54,25 @@ extern struct gvm_stats gvm_stats;
 #define gvm_stat_add(field, n) __atomic_fetch_add(&gvm_stats.field, (n), __ATOMIC_RELAXED)
 #define gvm_stat_inc(field) gvm_stat_add(field, 1)
 
-/* The counters every hooked call bumps, one block per thread, summed when
- * read: a shared counter is a locked instruction on every call, and a
+/* The counters every hooked call (or allocation) bumps, one block per
+ * thread, summed when read: a shared counter is a locked instruction on every call, and a
  * cache line that threads calling the driver at once pass back and forth.
  * Only the owning thread writes its block (a plain load and store, atomic
  * for the reader); the summary adds every block to gvm_stats' fields of
  * the same names. Blocks are never freed: a thread that exits leaves its
  * block, counts included, to the next new thread. */
+#define GVM_STAT_LOCAL_COUNTERS(X)                                             \
+    X(passthrough_calls)                                                       \
+    X(launches_scanned)                                                        \
+    X(small_allocations)                                                       \
+    X(cache_hits)                                                              \
+    X(cache_misses)
+
 struct gvm_stats_local {
     struct gvm_perthread head;
-    uint64_t passthrough_calls;
-    uint64_t launches_scanned;
+#define GVM_STAT_LOCAL_FIELD(name) uint64_t name;
+    GVM_STAT_LOCAL_COUNTERS(GVM_STAT_LOCAL_FIELD)
+#undef GVM_STAT_LOCAL_FIELD
     uint64_t calls[GVM_FN_COUNT];
 };
 
