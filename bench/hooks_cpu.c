@@ -18,8 +18,9 @@
  * cuMemFree_v2 pair; the hook's pair is served from gvmshim's cache after
  * the first). With --threads 2 every thread runs the same operation on its
  * own buffers and stream, at the same time; "copy-shared" has both threads
- * copy between the same two allocations. Prints a table and one line
- * "BENCH_JSON {...}". --smoke: a few calls of each, checking that copies
+ * copy between the same two allocations (bytes of their own). Prints, per
+ * operation and thread count, each side's best round (ns per call) and
+ * the medians, and one line "BENCH_JSON {...}". --smoke: a few calls of each, checking that copies
  * and sets reach the memory (for the cpu suite; sizes up to 64 MiB); exit
  * 1 on a wrong result. */
 #define _GNU_SOURCE
@@ -27,6 +28,7 @@
 
 #include <dlfcn.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -179,7 +181,7 @@ struct job {
     const struct op *op;
     int nthreads, rounds;
     long n;                               /* calls per batch */
-    pthread_barrier_t bar;
+    unsigned arrived, gen;                   /* the spinning barrier between batches */
     struct bufs bufs[MAX_THREADS];
     double t[MAX_THREADS][MAX_ROUNDS][2][2]; /* start, end of each thread's batch, by round, which */
 };
@@ -188,6 +190,20 @@ struct worker {
     struct job *job;
     int id;
 };
+
+/* Spins rather than sleeps: a thread woken by the kernel would start its
+ * batch tens of microseconds after the other. */
+static void barrier(struct job *j)
+{
+    unsigned gen = __atomic_load_n(&j->gen, __ATOMIC_ACQUIRE);
+    if (__atomic_add_fetch(&j->arrived, 1, __ATOMIC_ACQ_REL) == (unsigned)j->nthreads) {
+        __atomic_store_n(&j->arrived, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&j->gen, gen + 1, __ATOMIC_RELEASE);
+        return;
+    }
+    for (unsigned spins = 0; __atomic_load_n(&j->gen, __ATOMIC_ACQUIRE) == gen; spins++)
+        if (spins > 10000) sched_yield();
+}
 
 static void *work(void *arg)
 {
@@ -199,7 +215,7 @@ static void *work(void *arg)
         /* Alternate which goes first: neither always follows the other. */
         for (int k = 0; k < 2; k++) {
             int which = (r + k) & 1;
-            pthread_barrier_wait(&j->bar);
+            barrier(j);
             j->t[w->id][r][which][0] = now_ns();
             run_op(j->op, m, which, j->n, j->op->shared ? (size_t)w->id * SPAN : 0);
             j->t[w->id][r][which][1] = now_ns();
@@ -247,7 +263,7 @@ static double round_ns(const struct job *j, int r, int which)
  * the core (other processes only ever add); the medians are kept too. */
 static struct result measure(struct job *j)
 {
-    pthread_barrier_init(&j->bar, NULL, (unsigned)j->nthreads);
+    j->arrived = j->gen = 0;
     pthread_t t[MAX_THREADS];
     struct worker w[MAX_THREADS];
     for (int i = 0; i < j->nthreads; i++) {
@@ -255,7 +271,6 @@ static struct result measure(struct job *j)
         if (pthread_create(&t[i], NULL, work, &w[i])) die("pthread_create", CUDA_ERROR_UNKNOWN);
     }
     for (int i = 0; i < j->nthreads; i++) pthread_join(t[i], NULL);
-    pthread_barrier_destroy(&j->bar);
     static double nat[MAX_ROUNDS], shim[MAX_ROUNDS];
     int n = 0;
     for (int r = 0; r < j->rounds; r++) {
