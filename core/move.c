@@ -96,7 +96,9 @@ void gvm_use_end(struct gvm_region *r)
 {
     if (!r) return;
     struct use_block *b = (struct use_block *)my_uses;
-    for (int i = USE_SLOTS - 1; b && i >= 0; i--) {
+    /* Slots fill from the first: a call's are found early. Which of two
+     * slots holding r (a nested call) is cleared makes no difference. */
+    for (int i = 0; b && i < USE_SLOTS; i++) {
         if (b->slot[i] == r) {
             /* Release: what the call did happens before the mover's look. */
             __atomic_store_n(&b->slot[i], NULL, __ATOMIC_RELEASE);
@@ -133,6 +135,43 @@ void gvm_use_region(struct gvm_region *r)
 {
     uint64_t tick = 0;
     gvm_use_region_in(r, &tick);
+}
+
+/* The fence that orders a batch of slot stores before the loads of
+ * `moving` after it. ThreadSanitizer knows no fences: there every store is
+ * seq_cst instead (the order gvm_use_region_in gives one region). */
+#if defined(__SANITIZE_THREAD__)
+#define BATCH_STORE __ATOMIC_SEQ_CST
+#define batch_fence() ((void)0)
+#else
+#define BATCH_STORE __ATOMIC_RELAXED
+#define batch_fence() __atomic_thread_fence(__ATOMIC_SEQ_CST)
+#endif
+
+void gvm_use_regions(struct gvm_region *const *r, int n)
+{
+    uint64_t tick = 0;
+    struct use_block *b = (struct use_block *)my_uses;
+    if (__builtin_expect(!b, 0)) b = (struct use_block *)gvm_perthread_attach(&use_blocks, &my_uses);
+    struct gvm_region **slot[USE_SLOTS];
+    int k = 0;
+    for (int i = 0; b && i < USE_SLOTS && k < n; i++)
+        if (!b->slot[i]) slot[k++] = &b->slot[i];
+    if (k < n) {
+        for (int i = 0; i < n; i++) gvm_use_region_in(r[i], &tick);
+        return;
+    }
+    /* One fence for the batch: each store still precedes each load. */
+    for (int i = 0; i < n; i++) __atomic_store_n(slot[i], r[i], BATCH_STORE);
+    batch_fence();
+    for (int i = 0; i < n; i++) {
+        if (__atomic_load_n(&r[i]->moving, __ATOMIC_SEQ_CST)) {
+            __atomic_store_n(slot[i], NULL, __ATOMIC_RELEASE);
+            gvm_use_region_in(r[i], &tick);   /* waits for the move, announces again */
+        } else {
+            mark_used(r[i], &tick);
+        }
+    }
 }
 
 static unsigned moves_active, gate_users;

@@ -33,6 +33,11 @@ void gvm_use_region(struct gvm_region *r);
  * between threads, on every call). */
 void gvm_use_region_in(struct gvm_region *r, uint64_t *tick);
 
+/* gvm_use_region_in for the n distinct regions of one call, announced with
+ * one fence where the thread's slots have room (a launch reaching several
+ * allocations, a copy between two). Each is ended with gvm_use_end. */
+void gvm_use_regions(struct gvm_region *const *r, int n);
+
 /* Ends an announcement of r (NULL: nothing) on the thread that made it. */
 void gvm_use_end(struct gvm_region *r);
 

@@ -7,6 +7,7 @@
 #include "preload/shim.h"
 
 #include "core/log.h"
+#include "core/vamap.h"
 #include "policy/spill.h"
 #include "policy/tags.h"
 
@@ -17,6 +18,8 @@
 
 #define MAX_PARAMS 256
 #define MAX_USED 32
+#define SEEN_PAGES 64
+#define SEEN_AFTER 8      /* words looked up directly before the page cache */
 #define SCAN_LIMIT 4096   /* bytes of arguments looked at per launch */
 #define LAYOUT_BUCKETS 1024
 
@@ -73,10 +76,24 @@ static const struct layout *layout_of(void *fn)
 struct used {
     struct gvm_region *r[MAX_USED];
     int n;
+    int words;            /* argument words looked at */
+    /* From the 9th word on: address-map pages (2 MiB; page + 1, 0: empty)
+     * looked up for this launch, direct-mapped. A struct of pointers
+     * reaches a few allocations many times (PyTorch's tensor lists), and a
+     * page holds one record, so a word whose page is here costs one
+     * compare. */
+    uintptr_t seen[SEEN_PAGES];
 };
 
 static void note(struct used *u, uint64_t word)
 {
+    uintptr_t page = (uintptr_t)word >> GVM_VAMAP_SHIFT, *seen = NULL;
+    if (++u->words > SEEN_AFTER) {
+        if (u->words == SEEN_AFTER + 1) memset(u->seen, 0, sizeof u->seen);
+        seen = &u->seen[page % SEEN_PAGES];
+        if (*seen == page + 1) return;   /* its region is noted already, or it has none */
+        *seen = page + 1;
+    }
     struct gvm_region *r = gvm_heap_region((uintptr_t)word);
     if (!r) return;
     for (int i = 0; i < u->n; i++)
@@ -118,13 +135,13 @@ static void scan(struct used *u, void *fn, void **params, void **extra)
         double t1 = launch_ms();
         if (t1 - t0 > 0.5) gvm_debug("launch: %d region(s), %.2f ms before the launch", u->n, t1 - t0);
     }
-    uint64_t tick = 0;
-    for (int i = 0; i < u->n; i++) gvm_use_region_in(u->r[i], &tick);
+    gvm_use_regions(u->r, u->n);
 }
 
 static void collect(struct used *u, void *fn, void **params, void **extra)
 {
     u->n = 0;
+    u->words = 0;
     /* Linked programs reach these hooks directly: scan only when asked. */
     if (!gvm_shim_active() || !gvm_shim_tracks_launches()) return;
     gvm_stat_local_inc(launches_scanned);

@@ -455,6 +455,45 @@ static int tracking_workload(void)
     return 0;
 }
 
+/* One 512-byte struct argument (the way PyTorch passes tensor lists):
+ * every allocation a word of it points into is marked used, whether it
+ * appears once or many times, early or as the last word, at its base or
+ * inside, between words that are not pointers. So the allocations the
+ * launch did not reach are the ones evicted. */
+#define STRUCT_WORDS 64
+#define REACHED 6
+#define UNREACHED 6
+
+static int struct_scan_workload(void)
+{
+    start();
+    void *(*make)(void (*)(void **), unsigned, const size_t *) = sim_fn("simcuda_function");
+    size_t size = STRUCT_WORDS * sizeof(uint64_t);
+    CUfunction k = (CUfunction)make(NULL, 1, &size);
+    RES(cuLaunchKernel, "cuLaunchKernel", 4000, 0);
+    CUdeviceptr used[REACHED], idle[UNREACHED], more[REACHED];
+    for (int i = 0; i < REACHED; i++) CHECK_EQ(D(cuMemAlloc_v2, &used[i], 4 * MiB), CUDA_SUCCESS);
+    for (int i = 0; i < UNREACHED; i++) CHECK_EQ(D(cuMemAlloc_v2, &idle[i], 4 * MiB), CUDA_SUCCESS);
+    uint64_t words[STRUCT_WORDS];
+    for (int i = 0; i < STRUCT_WORDS; i++)
+        words[i] = i % 3 == 2 ? (uint64_t)i : used[i % (REACHED - 1)] + (uint64_t)(i % 5) * 4096;
+    words[STRUCT_WORDS - 1] = used[REACHED - 1] + 3 * MiB;   /* only here, inside, last */
+    words[10] = (uint64_t)(uintptr_t)&words[0];              /* a host pointer */
+    void *params[] = {words};
+    CHECK_EQ(cuLaunchKernel_p(k, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL), CUDA_SUCCESS);
+    /* 48 MiB held: 24 more go over the 64M limit, and the oldest leave. */
+    for (int i = 0; i < REACHED; i++) CHECK_EQ(D(cuMemAlloc_v2, &more[i], 4 * MiB), CUDA_SUCCESS);
+    gvm_status (*query)(const void *, gvm_info *) = dlsym(RTLD_DEFAULT, "gvm_query");
+    gvm_info info;
+    for (int i = 0; i < REACHED; i++) {
+        CHECK_EQ(query((void *)used[i], &info), GVM_OK);
+        CHECK_EQ(info.location, 0);
+    }
+    CHECK_EQ(query((void *)idle[0], &info), GVM_OK);
+    CHECK_EQ(info.location, GVM_HOST);
+    return 0;
+}
+
 static int untracked_workload(void)
 {
     open_driver();
@@ -466,6 +505,7 @@ static void launches_are_scanned_when_spilling(void)
 {
     CHECK_EQ(run_self("tracking", "GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", NULL, 0), 0);
     CHECK_EQ(run_self("untracked", "GVM_TRACK_LAUNCHES=off", "GVM_SPILL=host", NULL, 0), 0);
+    CHECK_EQ(run_self("struct-scan", "GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", NULL, 0), 0);
 }
 
 static void stats_json_is_written_at_exit(void)
@@ -823,6 +863,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "disabled")) exit(disabled_workload());
         if (!strcmp(argv[2], "tracking")) exit(tracking_workload());
         if (!strcmp(argv[2], "untracked")) exit(untracked_workload());
+        if (!strcmp(argv[2], "struct-scan")) exit(struct_scan_workload());
         if (!strcmp(argv[2], "host-copies")) exit(host_side_copies_workload());
         if (!strcmp(argv[2], "late-handler")) exit(late_handler_workload());
         if (!strcmp(argv[2], "fork")) exit(fork_workload());
