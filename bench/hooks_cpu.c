@@ -12,9 +12,12 @@
  *
  *     bench-hooks [--threads 1,2] [--rounds N] [--batch-us US] [--ops LIST] [--smoke]
  *
- * Operations: copy (cuMemcpyDtoDAsync_v2, 256 B between two allocations),
- * memset (cuMemsetD8Async, 256 B), launch4 (cuLaunchKernel of a fake
- * kernel with 4 pointer arguments), alloc:SIZE (a cuMemAlloc_v2 +
+ * Operations: copy (cuMemcpyDtoDAsync_v2, 256 B between two small
+ * allocations, which share a chunk), copy-regions (the same between two
+ * allocations of 2 MiB: two regions), memset (cuMemsetD8Async, 256 B),
+ * launch4 (cuLaunchKernel of a fake kernel with 4 pointer arguments into 4
+ * allocations of 2 MiB, as bench/launch.cu), launch-struct (one 512-byte argument of
+ * 64 pointers into 8 allocations of 2 MiB), alloc:SIZE (a cuMemAlloc_v2 +
  * cuMemFree_v2 pair; the hook's pair is served from gvmshim's cache after
  * the first). With --threads 2 every thread runs the same operation on its
  * own buffers and stream, at the same time; "copy-shared" has both threads
@@ -39,6 +42,10 @@
 #define MAX_THREADS 8
 #define MAX_ROUNDS 400
 #define SPAN 256
+/* launch-struct: one 512-byte argument of 64 pointers into 8 allocations
+ * of 2 MiB, as bench/launch.cu passes them (PyTorch passes tensors so). */
+#define STRUCT_PTRS 64
+#define STRUCT_BUFS 8
 
 enum { NATIVE, SHIM };
 
@@ -59,7 +66,7 @@ static __typeof__(cuStreamSynchronize) *stream_sync;
 static __typeof__(cuMemcpyHtoD_v2) *htod;
 static __typeof__(cuMemcpyDtoH_v2) *dtoh;
 static CUcontext ctx;
-static CUfunction kernel4;
+static CUfunction kernel4, kernel_struct;
 static bool smoke, shim_loaded;
 
 static void die(const char *what, CUresult rc)
@@ -126,6 +133,8 @@ static void open_driver(void)
     CUfunction (*make)(void (*)(void **), unsigned, const size_t *) = need(lib, looks[NATIVE], "simcuda_function");
     static const size_t sizes[4] = {8, 8, 8, 8};
     kernel4 = make(NULL, 4, sizes);
+    static const size_t one_struct[1] = {STRUCT_PTRS * sizeof(CUdeviceptr)};
+    kernel_struct = make(NULL, 1, one_struct);
 }
 
 static double now_ns(void)
@@ -141,6 +150,9 @@ static double now_ns(void)
  * when it is loaded, which is what the copies and launches must touch). */
 struct bufs {
     CUdeviceptr a, b, c, d;
+    CUdeviceptr big[STRUCT_BUFS];              /* 2 MiB each: a region each */
+    CUdeviceptr ptrs[STRUCT_PTRS];             /* the struct argument */
+    CUdeviceptr four[4];                       /* launch4's arguments: 4 of the 2 MiB ones */
     CUstream s;
 };
 
@@ -157,13 +169,21 @@ static void run_op(const struct op *op, struct bufs *m, int which, long n, size_
     if (!strcmp(op->name, "copy") || !strcmp(op->name, "copy-shared")) {
         __typeof__(cuMemcpyDtoDAsync_v2) *f = ep.copy[which];
         for (long i = 0; i < n; i++) CK("cuMemcpyDtoDAsync_v2", f(m->b + off, m->a + off, SPAN, m->s));
+    } else if (!strcmp(op->name, "copy-regions")) {
+        __typeof__(cuMemcpyDtoDAsync_v2) *f = ep.copy[which];
+        for (long i = 0; i < n; i++) CK("cuMemcpyDtoDAsync_v2", f(m->big[1], m->big[0], SPAN, m->s));
     } else if (!strcmp(op->name, "memset")) {
         __typeof__(cuMemsetD8Async) *f = ep.set[which];
         for (long i = 0; i < n; i++) CK("cuMemsetD8Async", f(m->c, (unsigned char)i, SPAN, m->s));
     } else if (!strcmp(op->name, "launch4")) {
         __typeof__(cuLaunchKernel) *f = ep.launch[which];
-        void *params[4] = {&m->a, &m->b, &m->c, &m->d};
+        void *params[4] = {&m->four[0], &m->four[1], &m->four[2], &m->four[3]};
         for (long i = 0; i < n; i++) CK("cuLaunchKernel", f(kernel4, 1, 1, 1, 32, 1, 1, 0, m->s, params, NULL));
+    } else if (!strcmp(op->name, "launch-struct")) {
+        __typeof__(cuLaunchKernel) *f = ep.launch[which];
+        void *params[1] = {m->ptrs};
+        for (long i = 0; i < n; i++)
+            CK("cuLaunchKernel", f(kernel_struct, 1, 1, 1, 32, 1, 1, 0, m->s, params, NULL));
     } else {   /* alloc */
         __typeof__(cuMemAlloc_v2) *a = ep.alloc[which];
         __typeof__(cuMemFree_v2) *fr = ep.free_[which];
@@ -296,12 +316,18 @@ static void make_bufs(struct bufs *m)
     CK("cuStreamCreate", stream_create(&m->s, CU_STREAM_NON_BLOCKING));
     CUdeviceptr *p[4] = {&m->a, &m->b, &m->c, &m->d};
     for (int i = 0; i < 4; i++) CK("cuMemAlloc_v2", ep.alloc[SHIM](p[i], 4096));
+    for (int i = 0; i < STRUCT_BUFS; i++) CK("cuMemAlloc_v2", ep.alloc[SHIM](&m->big[i], 2 << 20));
+    for (int i = 0; i < STRUCT_PTRS; i++) m->ptrs[i] = m->big[i % STRUCT_BUFS] + (CUdeviceptr)(i / STRUCT_BUFS) * 4096;
+    /* Base and interior pointers, as bench/launch.cu passes them. */
+    CUdeviceptr four[4] = {m->big[0], m->big[1] + 28, m->big[2] + 16384, m->big[3]};
+    memcpy(m->four, four, sizeof four);
 }
 
 static void free_bufs(struct bufs *m)
 {
     CUdeviceptr p[4] = {m->a, m->b, m->c, m->d};
     for (int i = 0; i < 4; i++) CK("cuMemFree_v2", ep.free_[SHIM](p[i]));
+    for (int i = 0; i < STRUCT_BUFS; i++) CK("cuMemFree_v2", ep.free_[SHIM](m->big[i]));
 }
 
 /* The hooked copy and set did what the driver's do. */
@@ -355,7 +381,7 @@ int main(int argc, char **argv)
     int threads[MAX_THREADS], nthreads_list = 0, rounds = 41;
     double batch_us = 300;
     bool ops_given = false;
-    const char *ops_arg = "copy,copy-shared,memset,launch4,alloc:256,alloc:64K,alloc:2M,alloc:64M,alloc:1G";
+    const char *ops_arg = "copy,copy-regions,copy-shared,memset,launch4,launch-struct,alloc:256,alloc:64K,alloc:2M,alloc:64M,alloc:1G";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             for (char *t = strtok(argv[++i], ","); t && nthreads_list < MAX_THREADS; t = strtok(NULL, ","))
@@ -379,7 +405,7 @@ int main(int argc, char **argv)
     if (smoke) {
         rounds = 3;
         batch_us = 20;
-        if (!ops_given) ops_arg = "copy,copy-shared,memset,launch4,alloc:256,alloc:2M,alloc:64M";
+        if (!ops_given) ops_arg = "copy,copy-regions,copy-shared,memset,launch4,launch-struct,alloc:256,alloc:2M,alloc:64M";
     }
     if (rounds < 1 || rounds > MAX_ROUNDS) rounds = 41;
     for (int i = 0; i < nthreads_list; i++)
@@ -406,7 +432,8 @@ int main(int argc, char **argv)
             op.size = parse_size(name + 6);
         } else if (!strcmp(name, "copy-shared")) {
             op.shared = true;
-        } else if (strcmp(name, "copy") && strcmp(name, "memset") && strcmp(name, "launch4")) {
+        } else if (strcmp(name, "copy") && strcmp(name, "copy-regions") && strcmp(name, "memset") &&
+                   strcmp(name, "launch4") && strcmp(name, "launch-struct")) {
             fprintf(stderr, "bench-hooks: unknown operation %s\n", name);
             return 2;
         }
