@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 struct gvm_settings gvm_settings;
-static int core_state;   /* 0 not started, 1 serving, -1 off */
+int gvm_core_state;   /* 0 not started, 1 serving, -1 off */
 
 void gvm_settings_defaults(struct gvm_settings *s)
 {
@@ -47,15 +47,13 @@ CUresult gvm_core_start(const struct gvm_settings *s)
     gvm_held_set_cap(GVM_LOC_HOST, gvm_settings.hold_limit[gvm_loc_slot(GVM_LOC_HOST)]);
     if (gvm_settings.host_access == GVM_HOST_ACCESS_LAZY && gvm_hostaccess_install())
         gvm_warn("cannot install the fault handler for lazy host access; granting it eagerly");
-    __atomic_store_n(&core_state, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&gvm_core_state, 1, __ATOMIC_RELEASE);
     if (gvm_settings.host_prefill == GVM_HOST_PREFILL_ON ||
         (gvm_settings.host_prefill == GVM_HOST_PREFILL_AUTO && gvm_phys_prefill_hinted(GVM_LOC_HOST)))
         gvm_phys_prefill(GVM_LOC_HOST);
     return CUDA_SUCCESS;
 }
 
-bool gvm_core_active(void) { return __atomic_load_n(&core_state, __ATOMIC_ACQUIRE) > 0; }
+bool gvm_core_off(void) { return __atomic_load_n(&gvm_core_state, __ATOMIC_ACQUIRE) < 0; }
 
-bool gvm_core_off(void) { return __atomic_load_n(&core_state, __ATOMIC_ACQUIRE) < 0; }
-
-void gvm_core_set_active(bool on) { __atomic_store_n(&core_state, on ? 1 : -1, __ATOMIC_RELEASE); }
+void gvm_core_set_active(bool on) { __atomic_store_n(&gvm_core_state, on ? 1 : -1, __ATOMIC_RELEASE); }

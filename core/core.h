@@ -21,8 +21,11 @@
 CUresult gvm_core_probe(void);
 CUresult gvm_core_start(const struct gvm_settings *s);
 
-/* True once gvm_core_start succeeded. */
-bool gvm_core_active(void);
+/* 0 not started, 1 serving, -1 off (core.c). */
+extern int gvm_core_state;
+
+/* True once gvm_core_start succeeded. Inline: every hooked call asks. */
+static inline bool gvm_core_active(void) { return __atomic_load_n(&gvm_core_state, __ATOMIC_ACQUIRE) > 0; }
 
 /* True when the core will not serve: disabled, or its start failed
  * (rather than not started yet). */
