@@ -9,8 +9,16 @@
 
 extern uint64_t gvm_clock;
 
+/* The last tick this thread took. */
+extern __thread uint64_t gvm_clock_mine __attribute__((tls_model("initial-exec")));
+
 /* A tick of the use clock. */
-static inline uint64_t gvm_clock_tick(void) { return __atomic_add_fetch(&gvm_clock, 1, __ATOMIC_RELAXED); }
+static inline uint64_t gvm_clock_tick(void)
+{
+    uint64_t t = __atomic_add_fetch(&gvm_clock, 1, __ATOMIC_RELAXED);
+    gvm_clock_mine = t;
+    return t;
+}
 
 /* A buffer id never handed out before. */
 uint64_t gvm_next_buffer_id(void);

@@ -25,18 +25,29 @@ struct gvm_region *gvm_use_begin(uintptr_t p)
     return r;
 }
 
+/* Ticks other threads may take while a region this thread stamped last
+ * keeps its stamp (see mark_used). */
+#define CLOCK_SLACK 64
+
+/* A region needs no new stamp when it holds the newest tick, or the newest
+ * this thread took while other threads took at most CLOCK_SLACK since (so
+ * threads working on regions of their own do not take turns writing the
+ * clock's line: their order among those few ticks is a race anyway), and
+ * not since a spill of it (a use after a spill must be seen as one). */
 static void mark_used(struct gvm_region *r, uint64_t *tick)
 {
     uint64_t last = __atomic_load_n(&r->last_use, __ATOMIC_RELAXED);
     if (!*tick) {
         uint64_t now = __atomic_load_n(&gvm_clock, __ATOMIC_RELAXED);
-        if (last == now) {
-            *tick = now;   /* the call's other regions join it */
+        if (last == now || (last == gvm_clock_mine && now - last <= CLOCK_SLACK &&
+                            last > __atomic_load_n(&r->spilled_at, __ATOMIC_RELAXED))) {
+            *tick = last;   /* the call's other regions join it */
             return;
         }
         *tick = gvm_clock_tick();
     }
-    if (last != *tick) __atomic_store_n(&r->last_use, *tick, __ATOMIC_RELAXED);
+    /* Never back: another thread may have stamped it later than *tick. */
+    if (last < *tick) __atomic_store_n(&r->last_use, *tick, __ATOMIC_RELAXED);
 }
 
 /* ---- announcements -------------------------------------------------------

@@ -7,6 +7,7 @@
 #include "core/ids.h"
 #include "core/log.h"
 #include "core/move.h"
+#include "core/relocate.h"
 #include "policy/config.h"
 #include "policy/place.h"
 #include "policy/policy.h"
@@ -132,6 +133,63 @@ static void the_use_clock_orders_calls(void)
     CHECK(intact(b, 24 * MiB, 3));
     uintptr_t all[] = {a, b, c, d};
     for (int i = 0; i < 4; i++) CHECK_EQ(gvm_policy_free(all[i]), CUDA_SUCCESS);
+}
+
+static void *touch_elsewhere(void *p)
+{
+    touch((uintptr_t)p);
+    return NULL;
+}
+
+static CUcontext test_ctx;
+
+/* The policy spills p, on a thread of its own (as the promoter would). */
+static void *spill_elsewhere(void *p)
+{
+    CHECK_EQ(gvm_drv.cuCtxSetCurrent(test_ctx), CUDA_SUCCESS);
+    CHECK_EQ(gvm_relocate(gvm_heap_region((uintptr_t)p), GVM_LOC_HOST, GVM_RELOC_SPILL), CUDA_SUCCESS);
+    return NULL;
+}
+
+/* On another thread: a use that thread makes. */
+static void touch_on_a_thread(uintptr_t p)
+{
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, touch_elsewhere, (void *)p), 0);
+    pthread_join(t, NULL);
+}
+
+/* Threads working on regions of their own do not take turns writing the
+ * clock: a region this thread stamped last keeps its stamp while other
+ * threads take a few ticks, but not many, and not past a spill of it. */
+static void the_use_clock_lets_threads_work_apart(void)
+{
+    const char *kv[] = {"device_limit", "0:80M", "spill", "host", "promote", "0", NULL};
+    start_policy(kv);
+    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB), c = palloc(24 * MiB);
+    struct gvm_region *ra = gvm_heap_region(a);
+    touch(a);
+    uint64_t stamp = GVM_LOAD(ra->last_use);
+    touch_on_a_thread(b);
+    touch_on_a_thread(c);
+    touch(a);                                /* two ticks elsewhere: kept */
+    CHECK_EQ(GVM_LOAD(ra->last_use), stamp);
+    for (int i = 0; i < 100; i++) touch_on_a_thread(i % 2 ? b : c);
+    touch(a);                                /* many: stamped anew */
+    CHECK_EQ(GVM_LOAD(ra->last_use), GVM_LOAD(gvm_clock));
+    /* Spilled by another thread since its stamp: the next use is seen as
+     * one since the spill. */
+    fill(a, 24 * MiB, 6);
+    test_ctx = current_ctx();
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, spill_elsewhere, (void *)a), 0);
+    pthread_join(t, NULL);
+    CHECK_EQ(where(a), GVM_HOST);
+    touch(a);
+    CHECK(GVM_LOAD(ra->last_use) > GVM_LOAD(ra->spilled_at));
+    CHECK(intact(a, 24 * MiB, 6));
+    uintptr_t all[] = {a, b, c};
+    for (int i = 0; i < 3; i++) CHECK_EQ(gvm_policy_free(all[i]), CUDA_SUCCESS);
 }
 
 static void a_job_that_fits_never_spills(void)
@@ -690,6 +748,7 @@ static void failure_during_a_two_way_swap_keeps_data(void)
 static const struct test_case cases[] = {
     TEST_ENTRY(evicts_the_least_recently_used)
     TEST_ENTRY(the_use_clock_orders_calls)
+    TEST_ENTRY(the_use_clock_lets_threads_work_apart)
     TEST_ENTRY(a_job_that_fits_never_spills)
     TEST_ENTRY(place_mode_puts_the_new_allocation_on_the_target)
     TEST_ENTRY(peer_first_then_host)
