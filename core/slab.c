@@ -94,6 +94,8 @@ static struct gvm_slab *slab_record(int cidx)
     s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->cls = class_size(cidx);
+    s->cls_three = s->cls % 3 == 0;
+    s->cls_shift = (unsigned)__builtin_ctzll(s->cls);
     s->nslots = (unsigned)(gvm_topo.gran / s->cls);
     s->cidx = cidx;
     s->sizes = calloc(s->nslots, sizeof *s->sizes);
@@ -225,7 +227,10 @@ bool gvm_slab_find(const struct gvm_region *r, uintptr_t p, uintptr_t *base, siz
     const struct gvm_slab *s = GVM_LOAD(r->slab);
     uintptr_t rbase = GVM_LOAD(r->base);
     if (!s || p < rbase) return false;
-    size_t i = (p - rbase) / s->cls;
+    /* No division by a loaded value on the lookup path: the class is a
+     * power of two, or three times one (a constant division). */
+    size_t i = (p - rbase) >> s->cls_shift;
+    if (s->cls_three) i /= 3;
     if (i >= s->nslots) return false;
     uint32_t sz = __atomic_load_n(&s->sizes[i], __ATOMIC_ACQUIRE);
     uintptr_t b = rbase + i * s->cls;

@@ -13,7 +13,9 @@
 
 struct gvm_slab {
     struct gvm_region *chunk;
-    size_t cls;                 /* slot size */
+    size_t cls;                 /* slot size: 2^cls_shift, times 3 when cls_three */
+    unsigned cls_shift;
+    bool cls_three;
     unsigned nslots, nfree, hint;
     int device, cidx, tag;
     uint64_t bits[GVM_SLAB_MAX_SLOTS / 64];   /* 1 = slot in use */
