@@ -55,8 +55,9 @@ extern struct gvm_stats gvm_stats;
 #define gvm_stat_inc(field) gvm_stat_add(field, 1)
 
 /* The counters every hooked call (or allocation) bumps, one block per
- * thread, summed when read: a shared counter is a locked instruction on every call, and a
- * cache line that threads calling the driver at once pass back and forth.
+ * thread, summed when read: a shared counter is a locked instruction on
+ * every call, and a cache line that threads calling the driver at once
+ * pass back and forth.
  * Only the owning thread writes its block (a plain load and store, atomic
  * for the reader); the summary adds every block to gvm_stats' fields of
  * the same names. Blocks are never freed: a thread that exits leaves its

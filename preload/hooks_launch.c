@@ -87,10 +87,10 @@ struct used {
 
 static void note(struct used *u, uint64_t word)
 {
-    uintptr_t page = (uintptr_t)word >> GVM_VAMAP_SHIFT, *seen = NULL;
     if (++u->words > SEEN_AFTER) {
         if (u->words == SEEN_AFTER + 1) memset(u->seen, 0, sizeof u->seen);
-        seen = &u->seen[page % SEEN_PAGES];
+        uintptr_t page = (uintptr_t)word >> GVM_VAMAP_SHIFT;
+        uintptr_t *seen = &u->seen[page % SEEN_PAGES];
         if (*seen == page + 1) return;   /* its region is noted already, or it has none */
         *seen = page + 1;
     }
