@@ -15,17 +15,18 @@
  * Operations: copy (cuMemcpyDtoDAsync_v2, 256 B between two small
  * allocations, which share a chunk), copy-regions (the same between two
  * allocations of 2 MiB: two regions), memset (cuMemsetD8Async, 256 B),
- * launch4 (cuLaunchKernel of a fake kernel with 4 pointer arguments into 4
- * allocations of 2 MiB, as bench/launch.cu), launch-struct (one 512-byte argument of
- * 64 pointers into 8 allocations of 2 MiB), alloc:SIZE (a cuMemAlloc_v2 +
- * cuMemFree_v2 pair; the hook's pair is served from gvmshim's cache after
- * the first). With --threads 2 every thread runs the same operation on its
- * own buffers and stream, at the same time; "copy-shared" has both threads
- * copy between the same two allocations (bytes of their own). Prints, per
- * operation and thread count, each side's best round (ns per call) and
- * the medians, and one line "BENCH_JSON {...}". --smoke: a few calls of each, checking that copies
- * and sets reach the memory (for the cpu suite; sizes up to 64 MiB); exit
- * 1 on a wrong result. */
+ * launch4 (cuLaunchKernel of a fake kernel with 4 pointer arguments into
+ * 4 allocations of 2 MiB, as bench/launch.cu), launch-struct (one
+ * 512-byte argument of 64 pointers into 8 allocations of 2 MiB),
+ * alloc:SIZE (a cuMemAlloc_v2 + cuMemFree_v2 pair; the hook's pair is
+ * served from gvmshim's cache after the first). With --threads 2 every
+ * thread runs the same operation on its own buffers and stream, at the
+ * same time; "copy-shared" has both threads copy between the same two
+ * allocations (bytes of their own). Prints, per operation and thread
+ * count, each side's best round (ns per call) and the medians, and one
+ * line "BENCH_JSON {...}". --smoke: a few calls of each, checking that
+ * copies and sets reach the memory (for the cpu suite; sizes up to
+ * 64 MiB); exit 1 on a wrong result. */
 #define _GNU_SOURCE
 #include "core/cuda_api.h"
 
@@ -130,7 +131,8 @@ static void open_driver(void)
     CK("cuCtxSetCurrent", ctx_set(ctx));
     /* A fake kernel of four pointer parameters, its layout reported by the
      * simulated cuFuncGetParamInfo (what gvmshim's launch scanner asks). */
-    CUfunction (*make)(void (*)(void **), unsigned, const size_t *) = need(lib, looks[NATIVE], "simcuda_function");
+    CUfunction (*make)(void (*)(void **), unsigned, const size_t *) =
+        need(lib, looks[NATIVE], "simcuda_function");
     static const size_t sizes[4] = {8, 8, 8, 8};
     kernel4 = make(NULL, 4, sizes);
     static const size_t one_struct[1] = {STRUCT_PTRS * sizeof(CUdeviceptr)};
@@ -317,7 +319,8 @@ static void make_bufs(struct bufs *m)
     CUdeviceptr *p[4] = {&m->a, &m->b, &m->c, &m->d};
     for (int i = 0; i < 4; i++) CK("cuMemAlloc_v2", ep.alloc[SHIM](p[i], 4096));
     for (int i = 0; i < STRUCT_BUFS; i++) CK("cuMemAlloc_v2", ep.alloc[SHIM](&m->big[i], 2 << 20));
-    for (int i = 0; i < STRUCT_PTRS; i++) m->ptrs[i] = m->big[i % STRUCT_BUFS] + (CUdeviceptr)(i / STRUCT_BUFS) * 4096;
+    for (int i = 0; i < STRUCT_PTRS; i++)
+        m->ptrs[i] = m->big[i % STRUCT_BUFS] + (CUdeviceptr)(i / STRUCT_BUFS) * 4096;
     /* Base and interior pointers, as bench/launch.cu passes them. */
     CUdeviceptr four[4] = {m->big[0], m->big[1] + 28, m->big[2] + 16384, m->big[3]};
     memcpy(m->four, four, sizeof four);
@@ -381,7 +384,8 @@ int main(int argc, char **argv)
     int threads[MAX_THREADS], nthreads_list = 0, rounds = 41;
     double batch_us = 300;
     bool ops_given = false;
-    const char *ops_arg = "copy,copy-regions,copy-shared,memset,launch4,launch-struct,alloc:256,alloc:64K,alloc:2M,alloc:64M,alloc:1G";
+    const char *ops_arg = "copy,copy-regions,copy-shared,memset,launch4,launch-struct,"
+                          "alloc:256,alloc:64K,alloc:2M,alloc:64M,alloc:1G";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             for (char *t = strtok(argv[++i], ","); t && nthreads_list < MAX_THREADS; t = strtok(NULL, ","))
@@ -405,7 +409,8 @@ int main(int argc, char **argv)
     if (smoke) {
         rounds = 3;
         batch_us = 20;
-        if (!ops_given) ops_arg = "copy,copy-regions,copy-shared,memset,launch4,launch-struct,alloc:256,alloc:2M,alloc:64M";
+        if (!ops_given)
+            ops_arg = "copy,copy-regions,copy-shared,memset,launch4,launch-struct,alloc:256,alloc:2M,alloc:64M";
     }
     if (rounds < 1 || rounds > MAX_ROUNDS) rounds = 41;
     for (int i = 0; i < nthreads_list; i++)
