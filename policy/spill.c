@@ -148,7 +148,12 @@ static long pick_victims(struct gvm_region *r, size_t need, size_t room, struct 
     int device = GVM_LOAD(r->home);
     size_t deficit = need > room ? need - room : 0;
     uint64_t since = GVM_LOAD(r->last_use);
-    size_t want = gvm_victims_more_spilled(device, r) ? add_sat(deficit, need) : deficit;
+    /* Room for the next swap is made only where it lacks: with the limit
+     * raised (gvmctl set), spilled data comes back without sending other
+     * data out (GPU test gvmctl-live, 2026-11-23: each swap-in evicted one
+     * region, and the device stayed at the old limit). */
+    size_t after = room > need ? room - need : 0, short_by = need > after ? need - after : 0;
+    size_t want = gvm_victims_more_spilled(device, r) ? add_sat(deficit, short_by) : deficit;
     if (!want) return 0;
     if (!gvm_victims_for_swap(device, want, since, used, n, v)) {
         if (!deficit) return 0;   /* it fits: it comes in alone */

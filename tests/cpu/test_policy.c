@@ -9,6 +9,7 @@
 #include "core/move.h"
 #include "core/relocate.h"
 #include "policy/config.h"
+#include "policy/live.h"
 #include "policy/place.h"
 #include "policy/policy.h"
 #include "policy/settings.h"
@@ -745,6 +746,39 @@ static void failure_during_a_two_way_swap_keeps_data(void)
     CHECK(0);
 }
 
+/* Once the limit is raised (gvmctl set), launches that reach spilled data
+ * bring it back without sending other data out: the device fills up to
+ * what the job uses, not to the old limit. */
+static void a_raised_limit_lets_spilled_data_back(void)
+{
+    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "promote_interval", "3600s", NULL};
+    start_limited(kv);
+    uintptr_t w[8];
+    for (int i = 0; i < 8; i++) {
+        w[i] = palloc(4 * MiB);
+        fill(w[i], 4 * MiB, 90 + i);
+    }
+    for (int i = 0; i < 8; i++) {
+        struct gvm_region *r = gvm_heap_region(w[i]);
+        gvm_policy_before_launch(&r, 1);
+        touch(w[i]);
+    }
+    char *raise[] = {"device_limit=0:64M"};
+    FILE *quiet = fopen("/dev/null", "w");
+    CHECK_EQ(gvm_policy_set(raise, 1, quiet), GVM_OK);
+    fclose(quiet);
+    uint64_t spills = gvm_stats.spills;
+    for (int i = 0; i < 8; i++) {
+        struct gvm_region *r = gvm_heap_region(w[i]);
+        gvm_policy_before_launch(&r, 1);
+        touch(w[i]);
+    }
+    CHECK_EQ(gvm_stats.spills, spills);
+    for (int i = 0; i < 8; i++) CHECK_EQ(where(w[i]), 0);
+    for (int i = 0; i < 8; i++) CHECK(intact(w[i], 4 * MiB, 90 + i));
+    for (int i = 0; i < 8; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
+}
+
 static const struct test_case cases[] = {
     TEST_ENTRY(evicts_the_least_recently_used)
     TEST_ENTRY(the_use_clock_orders_calls)
@@ -772,6 +806,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(failure_during_a_swap_keeps_data)
     TEST_ENTRY(a_wide_sweep_swaps_both_ways_at_once)
     TEST_ENTRY(failure_during_a_two_way_swap_keeps_data)
+    TEST_ENTRY(a_raised_limit_lets_spilled_data_back)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }
