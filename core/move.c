@@ -265,6 +265,18 @@ static __thread bool making_room;
 
 bool gvm_move_making_room(void) { return making_room; }
 
+/* Whether an alias of r ends at offset `at`. An alias made before r grew
+ * shows only r's first pieces, and a remap switches a view only when the
+ * whole group lies in it (region.c, gvm_region_respan): a group must not
+ * reach across an alias's end, or the alias would keep showing the old
+ * memory. The caller holds r->op, which guards the alias list. */
+static bool alias_ends_at(const struct gvm_region *r, size_t at)
+{
+    for (const struct gvm_region *a = r->aliases; a; a = a->aliases)
+        if (a->mapped == at) return true;
+    return false;
+}
+
 static CUresult plan_build(struct gvm_region *r, int loc, struct plan *p)
 {
     bool device_to_device = loc >= 0;
@@ -291,6 +303,7 @@ static CUresult plan_build(struct gvm_region *r, int loc, struct plan *p)
             g->cpu |= r->blocks[i].cpu;
             i++;
         } while (i < r->nblocks && movable(&r->blocks[i], loc) && r->blocks[i].phys->loc == from &&
+                 !alias_ends_at(r, g->off + g->len) &&
                  r->blocks[i].off == g->off + g->len && g->len + r->blocks[i].size <= cap);
         g->b1 = i;
         g->nd = cut(g->len, cap, p->sizes + p->ndst);

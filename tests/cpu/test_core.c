@@ -297,6 +297,27 @@ static void alias_of_a_small_allocation(void)
     CHECK_EQ(gvm_unalias(al), GVM_OK);
 }
 
+/* An alias made before its allocation grew covers only the old length. A
+ * move groups adjacent pieces; a group reaching past the alias's end must
+ * still remap the alias's part, or the alias keeps showing the old memory
+ * (stress test, 2026-11-23: a view read an earlier pattern after a move). */
+static void alias_of_a_grown_allocation_follows_moves(void)
+{
+    start2();
+    uintptr_t p = sim_alloc(4 * MiB);
+    void *al;
+    CHECK_EQ(gvm_alias((void *)p, &al), GVM_OK);
+    CHECK_EQ(gvm_realloc((void *)p, 8 * MiB), GVM_OK);
+    for (int round = 0; round < 3; round++) {
+        int to = round == 1 ? 1 : GVM_HOST;
+        CHECK_EQ(gvm_migrate((void *)p, to), GVM_OK);
+        fill(p, 8 * MiB, 30 + (uint32_t)round);
+        CHECK(intact((uintptr_t)al, 4 * MiB, 30 + (uint32_t)round));
+    }
+    CHECK_EQ(gvm_unalias(al), GVM_OK);
+    CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
+}
+
 static void alias_failure_at_every_call(void)
 {
     start2();
@@ -886,6 +907,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(migrate_to_a_full_device_fails_cleanly)
     TEST_ENTRY(alias_shows_the_same_memory)
     TEST_ENTRY(alias_of_a_small_allocation)
+    TEST_ENTRY(alias_of_a_grown_allocation_follows_moves)
     TEST_ENTRY(alias_failure_at_every_call)
     TEST_ENTRY(realloc_grows_and_shrinks_in_place)
     TEST_ENTRY(realloc_grows_where_the_memory_lives)
