@@ -204,6 +204,17 @@ static CUresult create_parallel(struct create_job *j)
     return j->rc;
 }
 
+/* Whether pieces of these sizes fit under loc's cap beside what is held:
+ * creating them in parallel, one thread could create a small piece before
+ * another's large one is refused, so a request that cannot fit is refused
+ * before the driver is asked at all. */
+static bool fits_cap(int loc, const size_t *sizes, const int *todo, int n)
+{
+    size_t need = 0, cap = gvm_held_cap(loc), held = gvm_held_bytes(loc);
+    for (int k = 0; k < n; k++) need += sizes[todo[k]];
+    return need <= cap && held <= cap - need;
+}
+
 CUresult gvm_phys_get_many(int loc, const size_t *sizes, int n, bool staging, struct gvm_phys **out)
 {
     int *todo = calloc((size_t)n + 1, sizeof *todo);
@@ -215,7 +226,7 @@ CUresult gvm_phys_get_many(int loc, const size_t *sizes, int n, bool staging, st
         if (!out[i]) todo[j.ntodo++] = i;
         else if (staging && !out[i]->staging && (rc = map_staging(out[i])) != CUDA_SUCCESS) break;
     }
-    if (rc == CUDA_SUCCESS && j.ntodo) rc = create_parallel(&j);
+    if (rc == CUDA_SUCCESS && j.ntodo) rc = fits_cap(loc, sizes, todo, j.ntodo) ? create_parallel(&j) : CUDA_ERROR_OUT_OF_MEMORY;
     if (rc == CUDA_ERROR_OUT_OF_MEMORY && j.ntodo && gvm_phys_trim(loc, SIZE_MAX)) {
         /* Pooled pieces of other sizes were in the way: one more go, serially. */
         rc = CUDA_SUCCESS;
