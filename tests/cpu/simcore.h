@@ -91,6 +91,10 @@ static inline struct leaks leaks_now(void)
 #define CHECK_NO_LEAK(before)                                                  \
     do {                                                                       \
         struct leaks after_ = leaks_now();                                     \
+        if (after_.handles != (before).handles ||                              \
+            after_.reservations != (before).reservations ||                    \
+            after_.mappings != (before).mappings)                              \
+            simcuda_dump_live(stderr);                                         \
         CHECK_EQ(after_.handles, (before).handles);                            \
         CHECK_EQ(after_.reservations, (before).reservations);                  \
         CHECK_EQ(after_.mappings, (before).mappings);                          \

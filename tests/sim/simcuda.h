@@ -10,6 +10,7 @@
 #include "../../core/cuda_api.h"
 
 #include <stddef.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,6 +46,9 @@ long simcuda_live_reservations(void); /* cuMemAddressReserve ranges */
 long simcuda_live_mappings(void);     /* cuMemMap ranges, orphans included */
 long simcuda_orphan_mappings(void);   /* mappings whose reservation was freed under them */
 long simcuda_live_native(void);       /* cuMemAlloc* allocations */
+/* Every live reservation, handle and mapping, one line each: what a leak
+ * check prints when it fails. */
+void simcuda_dump_live(FILE *out);
 
 /* What the "hardware" sees at an address. */
 int simcuda_access_mask(CUdeviceptr p); /* bit per device, SIMCUDA_CPU_BIT */

@@ -568,6 +568,25 @@ static long sim_count(const struct sim_vec *v)
     return n;
 }
 
+void simcuda_dump_live(FILE *out)
+{
+    pthread_rwlock_rdlock(&sim.lock);
+    for (size_t i = 0; i < sim.resvs.len; i++) {
+        const struct sim_resv *r = sim.resvs.item[i];
+        fprintf(out, "simcuda: reservation %#lx + %zu\n", (unsigned long)r->base, r->size);
+    }
+    for (size_t i = 0; i < sim.handles.len; i++) {
+        const struct sim_handle *h = sim.handles.item[i];
+        fprintf(out, "simcuda: handle %llu at %d, %zu bytes\n", h->id, h->loc, h->size);
+    }
+    for (size_t i = 0; i < sim.maps.len; i++) {
+        const struct sim_map *m = sim.maps.item[i];
+        fprintf(out, "simcuda: mapping %#lx + %zu of handle %llu\n", (unsigned long)m->base, m->size,
+                m->h ? m->h->id : 0ULL);
+    }
+    pthread_rwlock_unlock(&sim.lock);
+}
+
 long simcuda_live_handles(void) { return sim_count(&sim.handles); }
 long simcuda_live_reservations(void) { return sim_count(&sim.resvs); }
 long simcuda_live_mappings(void) { return sim_count(&sim.maps); }
