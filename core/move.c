@@ -207,6 +207,18 @@ void gvm_move_enter(struct gvm_region *r)
     while (announced(r)) sched_yield();
 }
 
+bool gvm_move_try_enter(struct gvm_region *r)
+{
+    __atomic_fetch_add(&moves_active, 1, __ATOMIC_SEQ_CST);
+    if (!__atomic_load_n(&gate_users, __ATOMIC_SEQ_CST)) {
+        __atomic_store_n(&r->moving, 1, __ATOMIC_SEQ_CST);
+        if (!announced(r)) return true;
+        __atomic_store_n(&r->moving, 0, __ATOMIC_SEQ_CST);
+    }
+    __atomic_fetch_sub(&moves_active, 1, __ATOMIC_SEQ_CST);
+    return false;
+}
+
 void gvm_move_leave(struct gvm_region *r)
 {
     __atomic_store_n(&r->moving, 0, __ATOMIC_SEQ_CST);

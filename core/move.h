@@ -54,6 +54,14 @@ bool gvm_move_making_room(void);
 void gvm_move_enter(struct gvm_region *r);
 void gvm_move_leave(struct gvm_region *r);
 
+/* gvm_move_enter for a thread that already moves another region: it does
+ * not wait, since a call announced on r may itself be waiting for that
+ * other region (a copy between the two: the stress test hung so, a swap
+ * holding its incoming region while waiting out a victim's announcement).
+ * False, with nothing changed, when r is in use or a graph launch is in
+ * the gate. */
+bool gvm_move_try_enter(struct gvm_region *r);
+
 /* Moves every block of r that is not at loc there: destinations first
  * (failure changes nothing), then, with `quiesce`, a wait for all queued
  * work (without: the caller has just waited itself, since two moves running

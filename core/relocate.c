@@ -158,14 +158,19 @@ CUresult gvm_relocate(struct gvm_region *r, int loc, unsigned how)
     return rc;
 }
 
-/* Takes r for a move `how` to loc: its lock (waiting for it or, with
- * `try`, only if free), its state checked, the move entered. */
+/* Takes r for a move `how` to loc: its lock and the move entered, its
+ * state checked. With `try` (the regions after the first of a swap) it
+ * waits for neither: a call holding r announced may be waiting for the
+ * region this thread already moves. */
 static bool take(struct gvm_region *r, int loc, unsigned how, bool try)
 {
     if (try ? pthread_mutex_trylock(&r->op) != 0 : pthread_mutex_lock(&r->op) != 0) return false;
     if (gvm_region_live(r) && GVM_LOAD(r->kind) != GVM_REGION_ALIAS && allowed(r, loc, how)) {
-        gvm_move_enter(r);
-        return true;
+        if (!try) {
+            gvm_move_enter(r);
+            return true;
+        }
+        if (gvm_move_try_enter(r)) return true;
     }
     pthread_mutex_unlock(&r->op);
     return false;

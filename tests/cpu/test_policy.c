@@ -779,6 +779,35 @@ static void a_raised_limit_lets_spilled_data_back(void)
     for (int i = 0; i < 8; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
 }
 
+/* A swap never waits for a victim that a call in flight has announced:
+ * that call may be waiting for the incoming region, which the swap holds
+ * (the stress test hung so: a copy from a victim into the incoming
+ * region). The victim is left where it is; the incoming region comes in. */
+static void a_swap_skips_a_victim_in_use(void)
+{
+    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "promote_interval", "3600s", NULL};
+    start_limited(kv);
+    uintptr_t w[6];
+    for (int i = 0; i < 6; i++) {
+        w[i] = palloc(4 * MiB);
+        fill(w[i], 4 * MiB, 100 + i);
+        touch(w[i]);
+    }
+    CHECK_EQ(where(w[0]), GVM_HOST);
+    CHECK_EQ(where(w[1]), GVM_HOST);
+    CHECK_EQ(gvm_policy_free(w[2]), CUDA_SUCCESS);   /* room for one */
+    gvm_heap_trim(0);
+    struct gvm_region *busy = gvm_use_begin(w[5]);    /* the most recent: the victim */
+    struct gvm_region *r = gvm_heap_region(w[0]);
+    gvm_policy_before_launch(&r, 1);
+    gvm_use_end(busy);
+    CHECK_EQ(where(w[0]), 0);
+    CHECK_EQ(where(w[5]), 0);
+    CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
+    for (int i = 0; i < 6; i++)
+        if (i != 2) CHECK(intact(w[i], 4 * MiB, 100 + (uint32_t)i));
+}
+
 static const struct test_case cases[] = {
     TEST_ENTRY(evicts_the_least_recently_used)
     TEST_ENTRY(the_use_clock_orders_calls)
@@ -807,6 +836,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(a_wide_sweep_swaps_both_ways_at_once)
     TEST_ENTRY(failure_during_a_two_way_swap_keeps_data)
     TEST_ENTRY(a_raised_limit_lets_spilled_data_back)
+    TEST_ENTRY(a_swap_skips_a_victim_in_use)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }
