@@ -6,7 +6,6 @@
  * cuFuncGetParamInfo (or cuKernelGetParamInfo) once, then from a cache. */
 #include "preload/shim.h"
 
-#include "core/log.h"
 #include "core/vamap.h"
 #include "policy/spill.h"
 #include "policy/tags.h"
@@ -14,7 +13,6 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #define MAX_PARAMS 256
 #define MAX_USED 32
@@ -115,13 +113,6 @@ static void scan_bytes(struct used *u, const unsigned char *p, size_t len)
 
 static void collect(struct used *u, void *fn, void **params, void **extra);
 
-static double launch_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
-
 /* Finds the regions the launch reaches, lets the policy bring spilled ones
  * back (before they are announced: a region in use cannot move), then
  * announces them for the launch call. */
@@ -129,12 +120,7 @@ static void scan(struct used *u, void *fn, void **params, void **extra)
 {
     collect(u, fn, params, extra);
     if (!u->n) return;
-    double t0 = gvm_log_get_level() >= GVM_LOG_DEBUG ? launch_ms() : 0;
     gvm_policy_before_launch(u->r, u->n);
-    if (t0) {
-        double t1 = launch_ms();
-        if (t1 - t0 > 0.5) gvm_debug("launch: %d region(s), %.2f ms before the launch", u->n, t1 - t0);
-    }
     gvm_use_regions(u->r, u->n);
 }
 
