@@ -4,13 +4,21 @@
  * (what a hand-written growable vector on the VMM API does).
  *
  * For each size S (default 1 GiB, 8 GiB; skipped when 3S does not fit in
- * free device memory):
- *  - anchor: reserve 2S, map the first S (untimed), then time create+map+
- *    access of the second S; unmapped and released between rounds;
- *  - shim (when gvmshim is preloaded): cudaMalloc(S), a kernel fills it,
+ * free device memory), two patterns, each timed natively and under the shim:
+ *  - fresh: every round starts from nothing (native and shim rounds
+ *    alternate).
+ *    native: reserve 2S, create and map the first S (untimed), then time
+ *    create+map+access of the second S; all released at the round's end.
+ *    shim (when gvmshim is preloaded): cudaMalloc(S), a kernel fills it,
  *    then gvm_realloc(p, 2S) is timed; the base must not change (gvm_query),
  *    the first S must hold the pattern and the new S must be writable (a
- *    kernel checks both); gvm_realloc(p, S) shrinks it between rounds.
+ *    kernel checks both); cudaFree at the round's end.
+ *  - regrow: one allocation shrunk back to S between rounds, then grown
+ *    again. native: the second S is unmapped and released between rounds;
+ *    shim: gvm_realloc(p, S). A piece released just before is slow to come
+ *    back from the driver (measured on an H100: cuMemCreate of 8 GiB takes
+ *    ~2.2 ms right after an 8 GiB release, ~0.14 ms otherwise), so this
+ *    pattern is compared with its own native figure.
  * The first round of each is reported as cold, the median of the others as
  * warm. The anchor's handle asks for nothing but pinned device memory (the
  * shim's pieces also ask for POSIX file-descriptor export and RDMA where
@@ -106,40 +114,65 @@ static Vmm vmm(void)
     return v;
 }
 
-/* Native: time create+map+access of [base+S, base+2S) in a 2S reservation
- * whose first half is mapped. Returns ms. */
-static double anchor_once(const Vmm &v, size_t s)
-{
+struct Anchor {
     CUmemAllocationProp prop;
-    memset(&prop, 0, sizeof prop);
-    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
-    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    prop.location.id = 0;
     CUmemAccessDesc acc;
-    memset(&acc, 0, sizeof acc);
-    acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-    acc.location.id = 0;
-    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-    size_t gran = 0;
-    CKD(v.granularity(&gran, &prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
-    CUdeviceptr va = 0;
-    CKD(v.reserve(&va, 2 * s, gran, 0, 0));
-    CUmemGenericAllocationHandle h0, h1;
-    CKD(v.create(&h0, s, &prop, 0));
-    CKD(v.map(va, s, 0, h0, 0));
-    CKD(v.access(va, s, &acc, 1));
+    size_t gran;
+};
+
+static Anchor anchor_setup(const Vmm &v)
+{
+    Anchor a;
+    memset(&a, 0, sizeof a);
+    a.prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    a.prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.prop.location.id = 0;
+    a.acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.acc.location.id = 0;
+    a.acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CKD(v.granularity(&a.gran, &a.prop, CU_MEM_ALLOC_GRANULARITY_RECOMMENDED));
+    return a;
+}
+
+/* Times create+map+access of [va+S, va+2S) (ms); the grown range must work. */
+static double anchor_grow(const Vmm &v, const Anchor &a, CUdeviceptr va, size_t s, CUmemGenericAllocationHandle *h1,
+                          uint32_t seed)
+{
     CK(cudaDeviceSynchronize());
     double t0 = now_us();
-    CKD(v.create(&h1, s, &prop, 0));
-    CKD(v.map(va + s, s, 0, h1, 0));
-    CKD(v.access(va + s, s, &acc, 1));
+    CKD(v.create(h1, s, &a.prop, 0));
+    CKD(v.map(va + s, s, 0, *h1, 0));
+    CKD(v.access(va + s, s, &a.acc, 1));
     double ms = (now_us() - t0) / 1000;
-    fill((uint32_t *)va, 2 * s / 4, 3);   /* the grown range works */
-    check((const uint32_t *)va, 2 * s / 4, 3, "the native growth");
-    CKD(v.unmap(va, 2 * s));
-    CKD(v.release(h0));
-    CKD(v.release(h1));
-    CKD(v.unreserve(va, 2 * s));
+    fill((uint32_t *)va, 2 * s / 4, seed);
+    check((const uint32_t *)va, 2 * s / 4, seed, "the native growth");
+    return ms;
+}
+
+/* Native, both patterns: `regrow` keeps the first half mapped across rounds
+ * and releases only the second half between them. */
+static std::vector<double> anchor_rounds(const Vmm &v, size_t s, int rounds, bool regrow)
+{
+    Anchor a = anchor_setup(v);
+    std::vector<double> ms;
+    CUdeviceptr va = 0;
+    CUmemGenericAllocationHandle h0 = 0, h1 = 0;
+    for (int r = 0; r < rounds; r++) {
+        if (!regrow || r == 0) {
+            CKD(v.reserve(&va, 2 * s, a.gran, 0, 0));
+            CKD(v.create(&h0, s, &a.prop, 0));
+            CKD(v.map(va, s, 0, h0, 0));
+            CKD(v.access(va, s, &a.acc, 1));
+        }
+        ms.push_back(anchor_grow(v, a, va, s, &h1, 3 + r));
+        CKD(v.unmap(va + s, s));
+        CKD(v.release(h1));
+        if (!regrow || r + 1 == rounds) {
+            CKD(v.unmap(va, s));
+            CKD(v.release(h0));
+            CKD(v.unreserve(va, 2 * s));
+        }
+    }
     return ms;
 }
 
@@ -200,6 +233,50 @@ static std::string row(const char *what, size_t s, const std::vector<double> &ms
     return o.done();
 }
 
+/* Under the shim, both patterns. Returns the ms of each round (empty when
+ * the reservation leaves no room to grow in place); *pieces: pieces added. */
+static std::vector<double> shim_rounds(const Gvm &g, size_t s, int rounds, bool regrow, int *pieces)
+{
+    std::vector<double> ms;
+    uint32_t *p = nullptr;
+    gvm_info before, after;
+    for (int r = 0; r < rounds; r++) {
+        if (!p) {
+            CK(cudaMalloc((void **)&p, s));
+            CKG(g, g.query(p, &before));
+            if (before.reserved < 2 * s) {
+                char nb[32];
+                printf("%-8s shim skipped: the reservation holds %zu MiB (GVM_HEADROOM below 100%%?)\n",
+                       human(s, nb, sizeof nb), before.reserved / MiB);
+                CK(cudaFree(p));
+                return {};
+            }
+        }
+        fill(p, s / 4, 7 + r);
+        double t0 = now_us();
+        CKG(g, g.realloc(p, 2 * s));
+        ms.push_back((now_us() - t0) / 1000);
+        CKG(g, g.query(p, &after));
+        if (after.base != before.base || after.size != 2 * s)
+            fail_at(__FILE__, __LINE__, "gvm_realloc moved or mis-sized the allocation: base %p -> %p, size %zu",
+                    before.base, after.base, after.size);
+        *pieces = (int)(after.pieces - before.pieces);
+        check(p, s / 4, 7 + r, "the growth (old half)");
+        k_fill<<<2048, 256>>>(p + s / 4, s / 4, 99);
+        CK(cudaGetLastError());
+        check(p + s / 4, s / 4, 99, "a write to the new half");
+        check(p, s / 4, 7 + r, "a write to the new half (old half)");
+        if (regrow && r + 1 < rounds) {
+            CKG(g, g.realloc(p, s));
+        } else {
+            CK(cudaFree(p));
+            CK(cudaDeviceSynchronize());
+            p = nullptr;
+        }
+    }
+    return ms;
+}
+
 int main(int argc, char **argv)
 {
     watchdog(300);
@@ -238,41 +315,23 @@ int main(int argc, char **argv)
             skipped.push_back(q(human(s, nb, sizeof nb)));
             continue;
         }
-        std::vector<double> nat;
-        for (int r = 0; r < rounds; r++) nat.push_back(anchor_once(v, s));
-        rows.push_back(row("native", s, nat, 1));
-        if (!g.present) continue;
-
-        uint32_t *p = nullptr;
-        CK(cudaMalloc((void **)&p, s));
-        gvm_info before, after;
-        CKG(g, g.query(p, &before));
-        if (before.reserved < 2 * s) {
-            printf("%-8s shim skipped: the reservation holds %zu MiB (GVM_HEADROOM below 100%%?)\n",
-                   human(s, nb, sizeof nb), before.reserved / MiB);
-            CK(cudaFree(p));
-            continue;
-        }
-        std::vector<double> shim;
+        /* fresh: native and shim rounds alternate, so both meet the driver
+         * in the same state (a release just before slows a create). */
+        std::vector<double> nat, shim;
+        int pieces = 0;
         for (int r = 0; r < rounds; r++) {
-            fill(p, s / 4, 7 + r);
-            double t0 = now_us();
-            CKG(g, g.realloc(p, 2 * s));
-            shim.push_back((now_us() - t0) / 1000);
-            CKG(g, g.query(p, &after));
-            if (after.base != before.base || after.size != 2 * s)
-                fail_at(__FILE__, __LINE__, "gvm_realloc moved or mis-sized the allocation: base %p -> %p, size %zu",
-                        before.base, after.base, after.size);
-            check(p, s / 4, 7 + r, "the growth (old half)");
-            k_fill<<<2048, 256>>>(p + s / 4, s / 4, 99);
-            CK(cudaGetLastError());
-            check(p + s / 4, s / 4, 99, "a write to the new half");
-            check(p, s / 4, 7 + r, "a write to the new half (old half)");
-            if (r + 1 < rounds) CKG(g, g.realloc(p, s));
+            nat.push_back(anchor_rounds(v, s, 1, false)[0]);
+            if (!g.present) continue;
+            std::vector<double> one = shim_rounds(g, s, 1, false, &pieces);
+            if (one.empty()) break;
+            shim.push_back(one[0]);
         }
-        rows.push_back(row("shim", s, shim, after.pieces - before.pieces));
-        CK(cudaFree(p));
-        CK(cudaDeviceSynchronize());
+        rows.push_back(row("native", s, nat, 1));
+        if (shim.size() == (size_t)rounds) rows.push_back(row("shim", s, shim, pieces));
+        rows.push_back(row("native-regrow", s, anchor_rounds(v, s, rounds, true), 1));
+        if (!g.present || shim.size() != (size_t)rounds) continue;
+        shim = shim_rounds(g, s, rounds, true, &pieces);
+        if (!shim.empty()) rows.push_back(row("shim-regrow", s, shim, pieces));
     }
     std::vector<std::string> sweep;
     if (sweep_size) {

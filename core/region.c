@@ -8,6 +8,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static pthread_mutex_t records_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct gvm_region *free_records;
@@ -199,8 +200,16 @@ CUresult gvm_region_grow(struct gvm_region *r, size_t len, int loc)
     return gvm_region_grow_by(r, len, loc, gvm_settings.block_size);
 }
 
+static double grow_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
 CUresult gvm_region_grow_by(struct gvm_region *r, size_t len, int loc, size_t cap)
 {
+    double t0 = grow_us(), t_get = 0, t_map = 0;
     int first = r->nblocks;
     size_t off = r->mapped;
     size_t end = off + len;
@@ -213,20 +222,25 @@ CUresult gvm_region_grow_by(struct gvm_region *r, size_t len, int loc, size_t ca
         size_t sz = piece_size(end - off, cap);
         struct gvm_phys *p = NULL;
         if (ensure_blocks(r, r->nblocks + 1)) { rc = CUDA_ERROR_OUT_OF_MEMORY; break; }
+        double t1 = grow_us();
         if (used < nready)
             p = ready[used++];
         else if ((rc = gvm_phys_get(loc, sz, false, &p)) != CUDA_SUCCESS)
             break;
+        double t2 = grow_us();
+        t_get += t2 - t1;
         struct gvm_block *b = &r->blocks[r->nblocks];
         b->phys = p;
         b->off = off;
         b->size = sz;
         b->cpu = loc == GVM_LOC_HOST && gvm_settings.host_access == GVM_HOST_ACCESS_EAGER;
         rc = DRV(cuMemMap, (CUdeviceptr)(r->base + off), sz, 0, p->handle, 0);
+        t_map += grow_us() - t2;
         if (rc != CUDA_SUCCESS) { gvm_phys_put(p); break; }
         r->nblocks++;
         off += sz;
     }
+    double t3 = grow_us();
     if (rc == CUDA_SUCCESS) {
         /* One call over all new mappings: the driver accepts a range that
          * spans several mappings of one location. */
@@ -242,6 +256,8 @@ CUresult gvm_region_grow_by(struct gvm_region *r, size_t len, int loc, size_t ca
     }
     for (int i = first; i < r->nblocks; i++) gvm_stats_resident(loc, (int64_t)r->blocks[i].size);
     GVM_STORE(r->mapped, end);
+    gvm_debug("grow of %#lx by %zu bytes at %d: %d piece(s), get %.0f, map %.0f, access %.0f, all %.0f us",
+              (unsigned long)r->base, len, loc, r->nblocks - first, t_get, t_map, grow_us() - t3, grow_us() - t0);
     return CUDA_SUCCESS;
 }
 

@@ -1,0 +1,178 @@
+/* One-off probe, for the speed issue's open questions:
+ *  1. grow: does asking for an exportable handle (POSIX fd, RDMA) make
+ *     cuMemCreate/cuMemMap/cuMemSetAccess of 8 GiB slower than a plain one?
+ *  2. spill remaps: mapping 128 MiB of host memory at a region's address,
+ *     in pieces of 2, 16, 64 or 128 MiB; and whether a host piece already
+ *     mapped (with device access) at a staging address maps faster a second
+ *     time (the driver may reuse its DMA mapping);
+ *  3. what an idle cuCtxSynchronize costs (a cached region's reuse waits
+ *     with one).
+ * Medians of 5 rounds, microseconds.
+ *     cc -O2 remapcost.c -I$CUDA/include -lcuda -o remapcost */
+#include <cuda.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define CK(x) do { CUresult r_ = (x); if (r_) { const char *s = "?"; cuGetErrorString(r_, &s); \
+    printf("FAIL %s -> %d %s (line %d)\n", #x, r_, s, __LINE__); exit(1); } } while (0)
+#define ROUNDS 5
+
+static double now_us(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e6 + (double)t.tv_nsec / 1e3;
+}
+
+static int cmp(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *v, int n)
+{
+    qsort(v, (size_t)n, sizeof *v, cmp);
+    return v[n / 2];
+}
+
+static CUmemAccessDesc dev_access(void)
+{
+    CUmemAccessDesc a;
+    memset(&a, 0, sizeof a);
+    a.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    a.location.id = 0;
+    a.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    return a;
+}
+
+/* kind 0: plain, 1: + POSIX fd, 2: + POSIX fd + RDMA, 3: host NUMA 0 */
+static CUmemAllocationProp prop_of(int kind)
+{
+    CUmemAllocationProp p;
+    memset(&p, 0, sizeof p);
+    p.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    if (kind == 3) {
+        p.location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
+        p.location.id = 0;
+        return p;
+    }
+    p.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    p.location.id = 0;
+    if (kind >= 1) p.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+    if (kind >= 2) p.allocFlags.gpuDirectRDMACapable = 1;
+    return p;
+}
+
+static void grow_probe(size_t size)
+{
+    static const char *names[] = {"plain", "posix-fd", "posix-fd+rdma"};
+    CUmemAccessDesc a = dev_access();
+    for (int kind = 0; kind < 3; kind++) {
+        CUmemAllocationProp p = prop_of(kind);
+        double c[ROUNDS], m[ROUNDS], s[ROUNDS], u[ROUNDS], r[ROUNDS];
+        for (int i = 0; i < ROUNDS; i++) {
+            CUdeviceptr va;
+            CUmemGenericAllocationHandle h;
+            CK(cuMemAddressReserve(&va, size, 0, 0, 0));
+            double t0 = now_us();
+            CK(cuMemCreate(&h, size, &p, 0));
+            double t1 = now_us();
+            CK(cuMemMap(va, size, 0, h, 0));
+            double t2 = now_us();
+            CK(cuMemSetAccess(va, size, &a, 1));
+            double t3 = now_us();
+            CK(cuMemUnmap(va, size));
+            double t4 = now_us();
+            CK(cuMemRelease(h));
+            double t5 = now_us();
+            CK(cuMemAddressFree(va, size));
+            c[i] = t1 - t0, m[i] = t2 - t1, s[i] = t3 - t2, u[i] = t4 - t3, r[i] = t5 - t4;
+        }
+        double mc = median(c, ROUNDS), mm = median(m, ROUNDS), ms = median(s, ROUNDS);
+        printf("grow %5zu MiB %-14s create %7.0f map %5.0f access %6.0f = %7.0f | unmap %6.0f release %6.0f us\n",
+               size >> 20, names[kind], mc, mm, ms, mc + mm + ms, median(u, ROUNDS), median(r, ROUNDS));
+    }
+}
+
+/* Maps `total` bytes of host memory in pieces of `piece` at one address
+ * range, with device access; `staged`: every piece is already mapped with
+ * device access at a second range. Returns map+access us (median). */
+static double host_map(size_t total, size_t piece, int staged, double *unmap_us)
+{
+    int n = (int)(total / piece);
+    CUmemAllocationProp p = prop_of(3);
+    CUmemAccessDesc a = dev_access();
+    CUmemGenericAllocationHandle *h = calloc((size_t)n, sizeof *h);
+    for (int k = 0; k < n; k++) CK(cuMemCreate(&h[k], piece, &p, 0));
+    CUdeviceptr va, stage;
+    CK(cuMemAddressReserve(&va, total, 0, 0, 0));
+    CK(cuMemAddressReserve(&stage, total, 0, 0, 0));
+    if (staged) {
+        for (int k = 0; k < n; k++) CK(cuMemMap(stage + (size_t)k * piece, piece, 0, h[k], 0));
+        CK(cuMemSetAccess(stage, total, &a, 1));
+    }
+    double t[ROUNDS], u[ROUNDS];
+    for (int i = 0; i < ROUNDS; i++) {
+        double t0 = now_us();
+        for (int k = 0; k < n; k++) CK(cuMemMap(va + (size_t)k * piece, piece, 0, h[k], 0));
+        CK(cuMemSetAccess(va, total, &a, 1));
+        double t1 = now_us();
+        CK(cuMemUnmap(va, total));
+        u[i] = now_us() - t1;
+        t[i] = t1 - t0;
+    }
+    if (staged) CK(cuMemUnmap(stage, total));
+    for (int k = 0; k < n; k++) CK(cuMemRelease(h[k]));
+    CK(cuMemAddressFree(va, total));
+    CK(cuMemAddressFree(stage, total));
+    free(h);
+    *unmap_us = median(u, ROUNDS);
+    return median(t, ROUNDS);
+}
+
+static void remap_probe(void)
+{
+    size_t total = (size_t)128 << 20;
+    size_t pieces[] = {(size_t)2 << 20, (size_t)16 << 20, (size_t)64 << 20, total};
+    for (int staged = 0; staged < 2; staged++)
+        for (unsigned i = 0; i < sizeof pieces / sizeof *pieces; i++) {
+            double un, us = host_map(total, pieces[i], staged, &un);
+            printf("host map 128 MiB in %3zu MiB pieces%s: map+access %6.0f us (%5.1f us/MiB) | unmap %6.0f us\n",
+                   pieces[i] >> 20, staged ? ", staged" : "        ", us, us / 128, un);
+        }
+}
+
+static void sync_probe(void)
+{
+    double t[ROUNDS];
+    for (int i = 0; i < ROUNDS; i++) {
+        double t0 = now_us();
+        for (int k = 0; k < 1000; k++) CK(cuCtxSynchronize());
+        t[i] = (now_us() - t0) / 1000;
+    }
+    printf("idle cuCtxSynchronize %.3f us\n", median(t, ROUNDS));
+}
+
+int main(int argc, char **argv)
+{
+    size_t grow = (size_t)(argc > 1 ? atof(argv[1]) : 8) << 30;
+    CK(cuInit(0));
+    CUdevice d;
+    CUcontext ctx;
+    CK(cuDeviceGet(&d, 0));
+    CK(cuDevicePrimaryCtxRetain(&ctx, d));
+    CK(cuCtxSetCurrent(ctx));
+    char name[128];
+    CK(cuDeviceGetName(name, sizeof name, d));
+    int drv = 0;
+    CK(cuDriverGetVersion(&drv));
+    printf("%s, driver API %d\n", name, drv);
+    grow_probe((size_t)1 << 30);
+    grow_probe(grow);
+    remap_probe();
+    sync_probe();
+    return 0;
+}
