@@ -30,7 +30,7 @@ Exit 77 without torch or a GPU.
 
     bench/spill.py --lib build/preload/libgvmshim.so [--limit 4G]
                    [--ratios 0.8,1.25,1.5,2] [--no-peer] [--no-managed]
-                   [--no-diff] [--no-trace] [--deadline 240]
+                   [--no-diff] [--no-trace] [--deadline 240] [--shim-env GVM_X=V]
 """
 import argparse
 import ctypes
@@ -245,6 +245,7 @@ class Parent:
         env = clean_env()
         stats_path = None
         if shim_env is not None:
+            shim_env = dict(shim_env, **dict(kv.split("=", 1) for kv in self.o.shim_env))
             fd, stats_path = tempfile.mkstemp(prefix="gvm-spill-", suffix=".json")
             os.close(fd)
             os.unlink(stats_path)
@@ -352,6 +353,8 @@ def main():
                     help="moved/step from one run (includes the set-up's spills), half the runs")
     ap.add_argument("--no-trace", action="store_true", help="skip the run with GVM_TRACE set")
     ap.add_argument("--deadline", type=int, default=240, help="start no run after this many seconds [240]")
+    ap.add_argument("--shim-env", action="append", default=[], metavar="GVM_X=V",
+                    help="one more setting for every shim run (repeatable), to try options")
     o = ap.parse_args()
     if o.child:
         return child(json.loads(o.child))

@@ -387,11 +387,22 @@ static CUresult remap_group(struct gvm_region *r, struct plan *p, int k)
     return gvm_region_respan(r, g->off, g->len, from, nfrom, g->cpu, p->dst + g->d0, g->nd);
 }
 
-static CUresult remap_done(struct gvm_region *r, struct plan *p, int k, CUevent ev)
+static double now_ms(void);
+
+/* Where a move's time goes (the debug line of mover_finish), ms. */
+struct move_clock {
+    double begin, copy, wait, remap;
+};
+
+static CUresult remap_done(struct gvm_region *r, struct plan *p, int k, CUevent ev, struct move_clock *c)
 {
+    double t0 = now_ms();
     CUresult rc = DRV(cuEventSynchronize, ev);
+    double t1 = now_ms();
+    c->wait += t1 - t0;
     if (rc != CUDA_SUCCESS) return rc;
     rc = remap_group(r, p, k);
+    c->remap += now_ms() - t1;
     if (rc == CUDA_SUCCESS) p->remapped = k + 1;
     return rc;
 }
@@ -408,6 +419,7 @@ struct mover {
     CUevent prev;
     CUresult rc;
     uint64_t trace_t0;
+    struct move_clock clock;
 };
 
 static bool mover_done(const struct mover *m) { return m->k > m->p.ng; }
@@ -416,12 +428,14 @@ static void mover_step(struct mover *m)
 {
     int k = m->k++;
     if (k == m->p.ng) {
-        if (k > 0) m->rc = remap_done(m->r, &m->p, k - 1, m->prev);
+        if (k > 0) m->rc = remap_done(m->r, &m->p, k - 1, m->prev, &m->clock);
         return;
     }
     CUevent cur = NULL;
+    double t0 = now_ms();
     m->rc = copy_group(m->r, &m->p, k, &cur);
-    if (m->rc == CUDA_SUCCESS && k > 0) m->rc = remap_done(m->r, &m->p, k - 1, m->prev);
+    m->clock.copy += now_ms() - t0;
+    if (m->rc == CUDA_SUCCESS && k > 0) m->rc = remap_done(m->r, &m->p, k - 1, m->prev, &m->clock);
     if (m->rc != CUDA_SUCCESS) {
         if (k > 0 && m->p.remapped < k) DRV(cuEventSynchronize, m->prev);
         m->k = m->p.ng + 1;
@@ -524,7 +538,7 @@ static void trace_move(struct gvm_region *r, const struct plan *p, int loc, cons
  * success with no groups. */
 static CUresult mover_begin(struct mover *m, struct gvm_region *r, int loc, const char *why)
 {
-    *m = (struct mover){.r = r, .loc = loc, .why = why, .trace_t0 = gvm_trace_now()};
+    *m = (struct mover){.r = r, .loc = loc, .why = why, .trace_t0 = gvm_trace_now(), .clock.begin = now_ms()};
     m->rc = plan_build(r, loc, &m->p);
     if (m->rc != CUDA_SUCCESS) {
         plan_free(&m->p);
@@ -553,8 +567,10 @@ static CUresult mover_finish(struct mover *m)
         commit(r, &m->p);
         GVM_STORE(r->buffer_id, gvm_next_buffer_id());
         if (r->kind == GVM_REGION_CHUNK) gvm_slab_renew_ids(r);
-        gvm_debug("moved %#lx (%d groups, %d pieces) to location %d", (unsigned long)r->base, m->p.ng, m->p.ndst,
-                  m->loc);
+        const struct move_clock *c = &m->clock;
+        gvm_debug("moved %#lx (%d groups, %d pieces) to location %d: %.2f ms, copies issued %.2f, waited for "
+                  "copies %.2f, remapped %.2f", (unsigned long)r->base, m->p.ng, m->p.ndst, m->loc,
+                  now_ms() - c->begin, c->copy, c->wait, c->remap);
     }
     plan_free(&m->p);
     return m->rc;

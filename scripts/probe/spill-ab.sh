@@ -1,0 +1,25 @@
+#!/bin/sh
+# A/B of shim settings on the spill loop (bench/spill.py's child, 1.5x a
+# 4G limit), alternating so machine drift hits every setting alike.
+#   scripts/probe/spill-ab.sh LIB ROUNDS "ENV_A" "ENV_B" ...
+# Prints each run's median step (ms) and, per setting, the median of those.
+set -u
+lib=$1 rounds=$2
+shift 2
+args='{"tensor_bytes": 134217728, "steps": 5, "warmup": 2, "ws": [6442450944]}'
+for r in $(seq "$rounds"); do
+    for setting in "$@"; do
+        ms=$(env $setting GVM_DEVICE_LIMIT=4G GVM_SPILL=host LD_PRELOAD="$lib" \
+             python3 "$(dirname "$0")/../../bench/spill.py" --child "$args" 2>/dev/null |
+             python3 -c 'import json,sys
+for l in sys.stdin:
+    if l.startswith("RESULT "):
+        s=sorted(json.loads(l[7:])["runs"][0]["step_s"]); print("%.1f" % (1e3*s[len(s)//2]))')
+        echo "$setting: $ms"
+    done
+done | tee /dev/stderr | python3 -c 'import sys, collections
+d = collections.defaultdict(list)
+for l in sys.stdin:
+    k, v = l.rsplit(":", 1)
+    if v.strip(): d[k].append(float(v))
+for k, v in d.items(): v.sort(); print("%-40s median %.1f ms of %s" % (k, v[len(v)//2], v))'
