@@ -30,7 +30,8 @@
 #define GVM_DRIVER_SERVED(R, O)                                                \
     O(cuMemAlloc_v2) O(cuMemAllocPitch_v2) O(cuMemFree_v2) O(cuMemGetInfo_v2)  \
     O(cuMemGetAddressRange_v2) O(cuPointerGetAttribute)                        \
-    O(cuPointerGetAttributes) O(cuMemAllocAsync) O(cuMemAllocAsync_ptsz)       \
+    O(cuPointerGetAttributes) O(cuCtxEnablePeerAccess) O(cuCtxDisablePeerAccess) \
+    O(cuMemAllocAsync) O(cuMemAllocAsync_ptsz)                                 \
     O(cuMemFreeAsync) O(cuMemFreeAsync_ptsz)                                   \
     O(cuMemcpy) O(cuMemcpy_ptds) O(cuMemcpyAsync) O(cuMemcpyAsync_ptsz)        \
     O(cuMemcpyPeer) O(cuMemcpyPeer_ptds) O(cuMemcpyPeerAsync)                  \

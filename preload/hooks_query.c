@@ -24,6 +24,19 @@ static bool context_current(void)
     return GVM_REAL(cuCtxGetCurrent)(&c) == CUDA_SUCCESS && c;
 }
 
+/* Whether the current context reaches the allocation as it would reach
+ * cuMemAlloc memory: made in it or on its device, or peer access enabled
+ * to the allocation's context (preload/hooks_peer.c). No current context:
+ * true (callers answer that case themselves). */
+static bool reachable(const struct gvm_ref *ref)
+{
+    CUcontext c = NULL;
+    CUdevice d;
+    if (GVM_REAL(cuCtxGetCurrent)(&c) != CUDA_SUCCESS || !c || c == ref->region->ctx) return true;
+    if (GVM_REAL(cuCtxGetDevice)(&d) != CUDA_SUCCESS || d == ref->region->device) return true;
+    return gvm_shim_peer_unknown() || gvm_shim_peer_enabled(c, ref->region->ctx);
+}
+
 GVM_EXPORT CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
 {
     gvm_hook_count(GVM_FN_cuMemGetAddressRange_v2);
@@ -31,6 +44,11 @@ GVM_EXPORT CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *
     if (gvm_shim_active()) {
         /* Without a current context the driver's answer is its error. */
         if (gvm_heap_find((uintptr_t)dptr, &ref) && context_current()) {
+            if (!reachable(&ref)) {
+                if (pbase) *pbase = 0;
+                if (psize) *psize = 0;
+                return CUDA_ERROR_NOT_FOUND;
+            }
             if (pbase) *pbase = (CUdeviceptr)ref.base;
             if (psize) *psize = ref.size;
             return CUDA_SUCCESS;
@@ -153,12 +171,13 @@ static enum answer native_value(const struct gvm_ref *ref, CUpointer_attribute a
     case CU_POINTER_ATTRIBUTE_CONTEXT: *v = (uintptr_t)r->ctx; return ANSWERED;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *v = CU_MEMORYTYPE_DEVICE; return ANSWERED;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
-        if (context_current()) {
-            *v = p;
-            return ANSWERED;
+        if (!context_current()) {
+            *err = CUDA_ERROR_INVALID_CONTEXT;
+            return NO_VALUE;
         }
-        *err = CUDA_ERROR_INVALID_CONTEXT;
-        return NO_VALUE;
+        if (!reachable(ref)) return NO_VALUE;   /* another device's, no peer access */
+        *v = p;
+        return ANSWERED;
     case CU_POINTER_ATTRIBUTE_HOST_POINTER: return NO_VALUE;
     case CU_POINTER_ATTRIBUTE_BUFFER_ID:
     case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: *v = gvm_heap_buffer_id(ref); return ANSWERED;

@@ -90,6 +90,11 @@ static inline struct gvm_region *gvm_shim_use_span(uintptr_t p, size_t n, bool *
     return r;
 }
 
+/* Whether the program enabled peer access from context `from` to `to`
+ * (preload/hooks_peer.c); gvm_shim_peer_unknown: more pairs than recorded. */
+bool gvm_shim_peer_enabled(CUcontext from, CUcontext to);
+bool gvm_shim_peer_unknown(void);
+
 /* Hooks exported under libcuda's names, in the order of GVM_DRIVER_ALL. */
 extern void *const gvm_hook_table[GVM_FN_COUNT];
 

@@ -311,6 +311,26 @@ static inline void pt_other_device(const char *cas, const struct pt_subject *s, 
     cuDevicePrimaryCtxRelease(d1);
 }
 
+/* The same with peer access from device 1's context to the current one
+ * enabled (where the devices allow it), then disabled again: natively a
+ * context reaches another device's cuMemAlloc memory only then. */
+static inline void pt_peer_enabled(const char *cas, const struct pt_subject *s, uintptr_t p)
+{
+    CUdevice d1;
+    CUcontext c1 = NULL, before = NULL;
+    int can = 0;
+    if (cuDeviceGet(&d1, 1) != CUDA_SUCCESS || cuDeviceCanAccessPeer(&can, d1, 0) != CUDA_SUCCESS || !can ||
+        cuCtxGetCurrent(&before) != CUDA_SUCCESS || !before || cuDevicePrimaryCtxRetain(&c1, d1) != CUDA_SUCCESS)
+        return;
+    if (cuCtxSetCurrent(c1) == CUDA_SUCCESS) {
+        CUresult rc = cuCtxEnablePeerAccess(before, 0);
+        if (rc == CUDA_SUCCESS || rc == CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED) pt_point(cas, s, p);
+        if (rc == CUDA_SUCCESS) cuCtxDisablePeerAccess(before);
+    }
+    cuCtxSetCurrent(before);
+    cuDevicePrimaryCtxRelease(d1);
+}
+
 static inline char *pt_name(char *buf, size_t len, const char *prefix, const char *what)
 {
     snprintf(buf, len, "%s.%s", prefix, what);
@@ -430,6 +450,10 @@ static inline int pt_table(struct pt_env *e)
     pt_other_device("peer-context.small.interior", &small, small.base + 10);
     pt_other_device("peer-context.large.interior", &large, large.base + 10);
     pt_other_device("peer-context.large.end+16", &large, large.base + large.size + 16);
+    pt_peer_enabled("peer-context.enabled.small.interior", &small, small.base + 10);
+    pt_peer_enabled("peer-context.enabled.large.interior", &large, large.base + 10);
+    /* Disabled again: back to the first answers. */
+    pt_other_device("peer-context.again.small.interior", &small, small.base + 10);
 
     /* Moves: the program still sees device memory of device 0. */
     pt_move(e, &large, GVM_HOST);

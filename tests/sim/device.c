@@ -205,6 +205,46 @@ CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevic
     SIM_API(cuDeviceCanAccessPeer, SIM_READ, sim_can_access_peer(canAccessPeer, dev, peerDev));
 }
 
+/* ---- peer access --------------------------------------------------------- */
+
+int sim_ctx_reaches(int dev)
+{
+    struct CUctx_st *c = sim_ctx_current();
+    return !c || c->dev == dev || (c->peers >> dev & 1);
+}
+
+static CUresult sim_peer_access(CUcontext peer, unsigned flags, int enable)
+{
+    struct CUctx_st *c = sim_ctx_current();
+    if (!c)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (!peer || !sim_ctx_valid(peer))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (enable && flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (peer->dev == c->dev)
+        return CUDA_ERROR_INVALID_DEVICE;
+    if (enable && !sim_peer_ok(c->dev, peer->dev))
+        return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+    unsigned bit = 1u << peer->dev;
+    if (enable && (c->peers & bit))
+        return CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED;
+    if (!enable && !(c->peers & bit))
+        return CUDA_ERROR_PEER_ACCESS_NOT_ENABLED;
+    c->peers ^= bit;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
+{
+    SIM_API(cuCtxEnablePeerAccess, SIM_WRITE, sim_peer_access(peer, flags, 1));
+}
+
+CUresult CUDAAPI cuCtxDisablePeerAccess(CUcontext peer)
+{
+    SIM_API(cuCtxDisablePeerAccess, SIM_WRITE, sim_peer_access(peer, 0, 0));
+}
+
 /* ---- primary contexts ------------------------------------------------- */
 
 static CUresult sim_primary_retain(CUcontext *pctx, CUdevice dev)

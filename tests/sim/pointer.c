@@ -40,6 +40,16 @@ static CUresult sim_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr p
         return rc;
     struct sim_native *n = sim_native_at(p);
     struct sim_map *m = n ? NULL : sim_map_at(p);
+    /* Another device's cuMemAlloc memory is not in this context's view
+     * until peer access is enabled (H200 pair, driver 580: NOT_FOUND, both
+     * outputs zeroed). */
+    if (n && !sim_ctx_reaches(n->dev)) {
+        if (base)
+            *base = 0;
+        if (size)
+            *size = 0;
+        return CUDA_ERROR_NOT_FOUND;
+    }
     if (!n && !m)
         return CUDA_ERROR_NOT_FOUND;
     if (base)
@@ -175,8 +185,12 @@ static int sim_attr_value(const struct sim_ptr_info *pi, CUpointer_attribute a, 
     case CU_POINTER_ATTRIBUTE_CONTEXT: *v = (uintptr_t)pi->ctx; return 1;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *v = pi->memtype; return 1;
     /* Without a current context there is no device address (H100: the
-     * single query fails with CUDA_ERROR_INVALID_CONTEXT after writing 0). */
-    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER: *v = p; return sim_ctx_current() != NULL;
+     * single query fails with CUDA_ERROR_INVALID_CONTEXT after writing 0),
+     * nor in a context that does not reach the memory (H200 pair: another
+     * device's cuMemAlloc memory without peer access, INVALID_VALUE). */
+    case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
+        *v = p;
+        return sim_ctx_current() != NULL && (!pi->native || sim_ctx_reaches(pi->ordinal));
     case CU_POINTER_ATTRIBUTE_HOST_POINTER: *v = p; return pi->host_visible;
     /* cuMemAlloc memory answers 1 for both (H100, driver 580). */
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *v = (unsigned)pi->native; return 1;
@@ -235,7 +249,8 @@ static CUresult sim_pointer_attribute(void *data, CUpointer_attribute a, CUdevic
     if (!pi.known || !sim_attr_value(&pi, a, p, &v)) {
         /* A known pointer without that value: the driver writes 0 first. */
         if (pi.known == SIM_MEMORY) sim_attr_store(data, width, 0);
-        if (pi.known == SIM_MEMORY && a == CU_POINTER_ATTRIBUTE_DEVICE_POINTER) return CUDA_ERROR_INVALID_CONTEXT;
+        if (pi.known == SIM_MEMORY && a == CU_POINTER_ATTRIBUTE_DEVICE_POINTER)
+            return sim_ctx_current() ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_INVALID_CONTEXT;
         return CUDA_ERROR_INVALID_VALUE;
     }
     sim_attr_store(data, width, v);

@@ -40,7 +40,8 @@ enum sim_fn { SIM_EXPORTS(SIM_ENUM) SIM_FN_COUNT };
 /* Opaque driver handles, given a body here (cuda.h only names them). */
 struct CUctx_st {
     int dev;
-    unsigned refs; /* primary-context retain count */
+    unsigned refs;  /* primary-context retain count */
+    unsigned peers; /* bit d: cuCtxEnablePeerAccess gave it device d's memory */
 };
 struct sim_capture;
 struct CUstream_st {
@@ -159,6 +160,9 @@ int sim_peer_ok(int dev, int peer);
 struct CUctx_st *sim_ctx_current(void);
 int sim_ctx_valid(CUcontext c);
 CUresult sim_need_ctx(int *dev);
+/* Whether the current context reaches cuMemAlloc memory of device dev
+ * (its own, or a peer's once peer access is enabled). */
+int sim_ctx_reaches(int dev);
 CUresult sim_stream_dev(CUstream s, int *dev);
 void sim_ctx_reset_all(void);
 void sim_streams_reset(void);
