@@ -6,7 +6,9 @@
  * nothing leaks. */
 #include "simcore.h"
 
+#include "core/heap.h"
 #include "core/held.h"
+#include "core/move.h"
 #include "core/phys.h"
 #include "core/settings.h"
 #include "policy/config.h"
@@ -311,6 +313,29 @@ static void moves_during_a_fill(void)
     CHECK_NO_LEAK(base);
 }
 
+/* Creating pinned memory holds the driver: while a move is under way the
+ * fill creates nothing more (pieces already being created may still land),
+ * and it finishes once the move is over. */
+static void the_fill_steps_aside_while_a_move_runs(void)
+{
+    sim_start(2, 512 * MiB, pool_256m);
+    uintptr_t p = sim_alloc(8 * MiB);
+    struct gvm_region *r = gvm_heap_region(p);
+    pthread_mutex_lock(&r->op);
+    gvm_move_enter(r);
+    gvm_phys_prefill(GVM_LOC_HOST);
+    struct timespec settle = {0, 50 * 1000 * 1000};
+    nanosleep(&settle, NULL);
+    size_t during = gvm_phys_pooled(GVM_LOC_HOST);
+    nanosleep(&settle, NULL);
+    CHECK_EQ(gvm_phys_pooled(GVM_LOC_HOST), during);   /* nothing more while the move runs */
+    CHECK(during <= 4 * 4 * MiB);                        /* at most a piece per fill thread */
+    gvm_move_leave(r);
+    pthread_mutex_unlock(&r->op);
+    gvm_phys_prefill_wait(false);
+    CHECK_EQ(gvm_phys_pooled(GVM_LOC_HOST), 256 * MiB);
+}
+
 static void a_stopped_fill_creates_no_more(void)
 {
     sim_start(2, 512 * MiB, pool_256m);
@@ -481,6 +506,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(prefill_failing_ends_quietly_without_a_leak)
     TEST_ENTRY(prefill_stays_under_the_host_cap)
     TEST_ENTRY(moves_during_a_fill)
+    TEST_ENTRY(the_fill_steps_aside_while_a_move_runs)
     TEST_ENTRY(a_stopped_fill_creates_no_more)
     TEST_ENTRY(a_pushed_tag_readies_host_memory_for_the_pause)
     TEST_ENTRY(a_pause_larger_than_the_pool_failing_at_every_call)
