@@ -35,6 +35,11 @@ static struct gvm_slab *spare[NCLASSES];
  * by a thread that holds no other (reap): a move of the chunk may be under
  * way, and it holds the chunk's lock, then takes slab_lock. */
 static struct gvm_slab *doomed;
+/* Reaps under way: doomed chunks taken off the list that their reaper has
+ * not destroyed yet. A trim waits for them (gvm_slab_trim). */
+static unsigned reapers;
+static pthread_cond_t reaped = PTHREAD_COND_INITIALIZER;
+static size_t reaped_bytes[GVM_MAX_DEVICES];   /* ever, by any reap: what a waiting trim saw freed */
 
 static void flush_locked(int device);
 static struct gvm_slab *lists[GVM_MAX_DEVICES][NCLASSES];
@@ -338,7 +343,9 @@ static size_t reap(int device)
     pthread_mutex_lock(&slab_lock);
     struct gvm_slab *list = doomed;
     __atomic_store_n(&doomed, NULL, __ATOMIC_RELAXED);
+    if (list) reapers++;
     pthread_mutex_unlock(&slab_lock);
+    if (!list) return 0;
     size_t freed = 0;
     bool retry = false;
     while (list) {
@@ -365,10 +372,14 @@ static size_t reap(int device)
         gvm_region_recycle(r);
         pthread_mutex_lock(&slab_lock);
         idle_bytes[s->device] -= bytes;
+        reaped_bytes[s->device] += bytes;
         if (s->device == device) freed += bytes;
         slab_retire(s);
         pthread_mutex_unlock(&slab_lock);
     }
+    pthread_mutex_lock(&slab_lock);
+    if (!--reapers) pthread_cond_broadcast(&reaped);
+    pthread_mutex_unlock(&slab_lock);
     if (retry) freed += reap(device);
     return freed;
 }
@@ -433,7 +444,27 @@ size_t gvm_slab_trim(int device)
         }
     }
     pthread_mutex_unlock(&slab_lock);
-    return reap(device);
+    size_t freed = reap(device);
+    if (gvm_move_making_room()) return freed;   /* a reap under way may wait for this thread's move */
+    /* Another thread's reap may have taken empty chunks off the list just
+     * before this one looked, and not destroyed them yet: the trim is over
+     * when they are gone too (stress test, 2026-11-23: a gvmctl set's
+     * eviction, or the promoter after a move, still destroyed them when
+     * the test counted what was left). */
+    pthread_mutex_lock(&slab_lock);
+    size_t before = reaped_bytes[device];
+    while (reapers || __atomic_load_n(&doomed, __ATOMIC_RELAXED)) {
+        if (reapers) {
+            pthread_cond_wait(&reaped, &slab_lock);
+            continue;
+        }
+        pthread_mutex_unlock(&slab_lock);
+        reap(device);   /* what a reap that made room for a move left doomed */
+        pthread_mutex_lock(&slab_lock);
+    }
+    freed += reaped_bytes[device] - before;   /* the caller may retry what it trimmed for */
+    pthread_mutex_unlock(&slab_lock);
+    return freed;
 }
 
 void gvm_slab_renew_ids(struct gvm_region *r)

@@ -48,8 +48,11 @@ size_t gvm_slab_idle_bytes(int device);
 /* Waits for device and makes its pending slots free. */
 void gvm_slab_flush(int device);
 
-/* Gives back every empty chunk of device (when memory runs short). Call
- * it, like gvm_slab_flush and gvm_slab_alloc, holding no region lock. */
+/* Gives back every empty chunk of device (when memory runs short), and
+ * returns once those another thread's reap is destroying are gone too
+ * (their bytes count as freed), except while this thread makes room for
+ * a move. Call it, like gvm_slab_flush and gvm_slab_alloc, holding no
+ * region lock. */
 size_t gvm_slab_trim(int device);
 
 /* New buffer ids for every slot of a chunk (after its memory moved). */
