@@ -244,6 +244,7 @@ struct group {
     size_t off, len;
     int d0, nd;                 /* destination pieces dst[d0 .. d0+nd) */
     bool cpu;                   /* the CPU had access to the source */
+    bool early;                 /* copied from the sources' staging mappings: remapped while it copies */
 };
 
 struct plan {
@@ -251,6 +252,8 @@ struct plan {
     struct group *g;
     struct gvm_phys **dst;
     size_t *sizes;
+    struct gvm_phys **staged;   /* sources this move gave a staging mapping */
+    int nstaged;
 };
 
 static void plan_free(struct plan *p)
@@ -258,6 +261,43 @@ static void plan_free(struct plan *p)
     free(p->g);
     free(p->dst);
     free(p->sizes);
+    free(p->staged);
+}
+
+/* Sources keep what they had before a move that did not happen. */
+static void unstage_sources(struct plan *p)
+{
+    for (int i = 0; i < p->nstaged; i++) gvm_phys_unstage(p->staged[i]);
+    p->nstaged = 0;
+}
+
+/* Gives the sources of each group a second (staging) mapping, so that the
+ * copy reads through it while the region's own addresses are remapped:
+ * the remap, CPU work in the driver (mapping host memory costs about as
+ * much as copying it), then overlaps the group's copy instead of following
+ * it. Mapping device memory costs tens of microseconds; a host source
+ * without a staging mapping (placed on host at allocation) would cost what
+ * the overlap saves, so its group keeps the order copy, wait, remap. */
+static CUresult stage_sources(struct gvm_region *r, struct plan *p)
+{
+    p->staged = calloc((size_t)r->nblocks, sizeof *p->staged);
+    if (!p->staged) return CUDA_ERROR_OUT_OF_MEMORY;
+    for (int k = 0; k < p->ng; k++) {
+        struct group *g = &p->g[k];
+        g->early = true;
+        for (int i = g->b0; i < g->b1 && g->early; i++) {
+            struct gvm_phys *s = r->blocks[i].phys;
+            if (s->staging) continue;
+            if (s->loc == GVM_LOC_HOST) {
+                g->early = false;
+                continue;
+            }
+            CUresult rc = gvm_phys_stage(s);
+            if (rc != CUDA_SUCCESS) return rc;
+            p->staged[p->nstaged++] = s;
+        }
+    }
+    return CUDA_SUCCESS;
 }
 
 static bool movable(const struct gvm_block *b, int loc) { return b->phys && b->phys->loc != loc; }
@@ -338,6 +378,11 @@ static CUresult plan_build(struct gvm_region *r, int loc, struct plan *p)
         making_room = false;
         if (freed) rc = gvm_phys_get_many(loc, p->sizes, p->ndst, true, p->dst);
     }
+    if (rc != CUDA_SUCCESS) return rc;
+    if ((rc = stage_sources(r, p)) != CUDA_SUCCESS) {
+        unstage_sources(p);
+        for (int j = 0; j < p->ndst; j++) gvm_phys_put(p->dst[j]);
+    }
     return rc;
 }
 
@@ -347,6 +392,35 @@ static int copy_device(int src, int dst)
     if (dst >= 0 && gvm_topo_reaches(dst, src)) return dst;
     if (src >= 0 && gvm_topo_reaches(src, dst)) return src;
     return -1;
+}
+
+/* Copies group g into its destinations' staging mappings: from the
+ * sources' staging mappings when the group is remapped early (source and
+ * destination pieces may be cut differently: one copy per overlap), else
+ * from the region's own addresses. */
+static CUresult issue_copies(struct gvm_region *r, const struct plan *p, const struct group *g, CUstream s)
+{
+    CUresult rc = CUDA_SUCCESS;
+    if (!g->early) {
+        size_t o = g->off;
+        for (int j = 0; j < g->nd && rc == CUDA_SUCCESS; j++) {
+            struct gvm_phys *d = p->dst[g->d0 + j];
+            rc = DRV(cuMemcpyDtoDAsync_v2, d->staging, (CUdeviceptr)(r->base + o), d->size, s);
+            o += d->size;
+        }
+        return rc;
+    }
+    int i = g->b0, j = g->d0;
+    size_t io = 0, jo = 0, left = g->len;
+    while (left && rc == CUDA_SUCCESS) {
+        size_t ssz = r->blocks[i].size, dsz = p->dst[j]->size;
+        size_t n = ssz - io < dsz - jo ? ssz - io : dsz - jo;
+        rc = DRV(cuMemcpyDtoDAsync_v2, p->dst[j]->staging + jo, r->blocks[i].phys->staging + io, n, s);
+        left -= n;
+        if ((io += n) == ssz) i++, io = 0;
+        if ((jo += n) == dsz) j++, jo = 0;
+    }
+    return rc;
 }
 
 static CUresult copy_group(struct gvm_region *r, struct plan *p, int k, CUevent *ev)
@@ -359,13 +433,7 @@ static CUresult copy_group(struct gvm_region *r, struct plan *p, int k, CUevent 
     CUstream s;
     CUresult rc = gvm_topo_push(dev);
     if (rc != CUDA_SUCCESS) return rc;
-    rc = gvm_topo_stream(dev, dir, &s);
-    size_t o = g->off;
-    for (int j = 0; j < g->nd && rc == CUDA_SUCCESS; j++) {
-        struct gvm_phys *d = p->dst[g->d0 + j];
-        rc = DRV(cuMemcpyDtoDAsync_v2, d->staging, (CUdeviceptr)(r->base + o), d->size, s);
-        o += d->size;
-    }
+    if ((rc = gvm_topo_stream(dev, dir, &s)) == CUDA_SUCCESS) rc = issue_copies(r, p, g, s);
     if (rc == CUDA_SUCCESS) {
         *ev = gvm_topo.dev[dev].events[dir][k & 1];
         rc = DRV(cuEventRecord, *ev, s);
@@ -396,22 +464,30 @@ struct move_clock {
     double begin, copy, wait, remap;
 };
 
-static CUresult remap_done(struct gvm_region *r, struct plan *p, int k, CUevent ev, struct move_clock *c)
+static CUresult remap_timed(struct gvm_region *r, struct plan *p, int k, struct move_clock *c)
 {
     double t0 = now_ms();
-    CUresult rc = DRV(cuEventSynchronize, ev);
-    double t1 = now_ms();
-    c->wait += t1 - t0;
-    if (rc != CUDA_SUCCESS) return rc;
-    rc = remap_group(r, p, k);
-    c->remap += now_ms() - t1;
+    CUresult rc = remap_group(r, p, k);
+    c->remap += now_ms() - t0;
     if (rc == CUDA_SUCCESS) p->remapped = k + 1;
     return rc;
 }
 
+/* Waits for group k's copy (ev); a group not remapped early is remapped
+ * now. */
+static CUresult finish_group(struct gvm_region *r, struct plan *p, int k, CUevent ev, struct move_clock *c)
+{
+    double t0 = now_ms();
+    CUresult rc = DRV(cuEventSynchronize, ev);
+    c->wait += now_ms() - t0;
+    if (rc != CUDA_SUCCESS || p->g[k].early) return rc;
+    return remap_timed(r, p, k, c);
+}
+
 /* One region's move as steps, so that moves in opposite directions can
- * run at once (gvm_move_lanes): each step copies group k and remaps group
- * k-1, whose copy was started one step earlier. */
+ * run at once (gvm_move_lanes): each step copies group k, finishes group
+ * k-1, whose copy was started one step earlier, and remaps group k while
+ * its copy runs when it is early. Groups are remapped in order. */
 struct mover {
     struct gvm_region *r;
     int loc;
@@ -430,16 +506,20 @@ static void mover_step(struct mover *m)
 {
     int k = m->k++;
     if (k == m->p.ng) {
-        if (k > 0) m->rc = remap_done(m->r, &m->p, k - 1, m->prev, &m->clock);
+        if (k > 0) m->rc = finish_group(m->r, &m->p, k - 1, m->prev, &m->clock);
         return;
     }
     CUevent cur = NULL;
     double t0 = now_ms();
     m->rc = copy_group(m->r, &m->p, k, &cur);
     m->clock.copy += now_ms() - t0;
-    if (m->rc == CUDA_SUCCESS && k > 0) m->rc = remap_done(m->r, &m->p, k - 1, m->prev, &m->clock);
+    if (m->rc == CUDA_SUCCESS && k > 0) m->rc = finish_group(m->r, &m->p, k - 1, m->prev, &m->clock);
+    if (m->rc == CUDA_SUCCESS && m->p.g[k].early) m->rc = remap_timed(m->r, &m->p, k, &m->clock);
     if (m->rc != CUDA_SUCCESS) {
-        if (k > 0 && m->p.remapped < k) DRV(cuEventSynchronize, m->prev);
+        /* Copies still writing destinations that go back to the pool (the
+         * rollback's own wait may be refused during a capture). */
+        if (k > 0) DRV(cuEventSynchronize, m->prev);
+        if (cur) DRV(cuEventSynchronize, cur);
         m->k = m->p.ng + 1;
         return;
     }
@@ -476,6 +556,7 @@ static void rollback(struct gvm_region *r, struct plan *p)
     }
     for (int j = 0; j < p->ndst; j++)
         if (p->dst[j]) gvm_phys_put(p->dst[j]);
+    unstage_sources(p);
 }
 
 /* Success: the block list takes the new pieces, the old go to the pools. */

@@ -63,8 +63,9 @@ CUresult gvm_phys_create(int loc, size_t size, struct gvm_phys **out)
     return CUDA_SUCCESS;
 }
 
-static CUresult map_staging(struct gvm_phys *p)
+CUresult gvm_phys_stage(struct gvm_phys *p)
 {
+    if (p->staging) return CUDA_SUCCESS;
     CUdeviceptr va = 0;
     CUresult rc = DRV(cuMemAddressReserve, &va, p->size, 0, 0, 0);
     if (rc != CUDA_SUCCESS) return rc;
@@ -84,6 +85,14 @@ unmap:
 free_va:
     DRV(cuMemAddressFree, va, p->size);
     return rc;
+}
+
+void gvm_phys_unstage(struct gvm_phys *p)
+{
+    /* An unmap that fails keeps the mapping recorded: destroy tries again. */
+    if (!p->staging || gvm_phys_unmap(p->staging, p->size) != CUDA_SUCCESS) return;
+    DRV(cuMemAddressFree, p->staging, p->size);
+    p->staging = 0;
 }
 
 CUresult gvm_phys_unmap(CUdeviceptr va, size_t size)
@@ -151,7 +160,7 @@ CUresult gvm_phys_get(int loc, size_t size, bool staging, struct gvm_phys **out)
             rc = gvm_phys_create(loc, size, &p);
         if (rc != CUDA_SUCCESS) return rc;
     }
-    if (staging && !p->staging && (rc = map_staging(p)) != CUDA_SUCCESS) {
+    if (staging && !p->staging && (rc = gvm_phys_stage(p)) != CUDA_SUCCESS) {
         gvm_phys_put(p);
         return rc;
     }
@@ -181,7 +190,7 @@ static void *create_worker(void *arg)
         int i = j->todo[k];
         CUresult rc = gvm_phys_create(j->loc, j->sizes[i], &j->out[i]);
         if (rc == CUDA_SUCCESS && j->staging) {
-            rc = map_staging(j->out[i]);
+            rc = gvm_phys_stage(j->out[i]);
             if (rc != CUDA_SUCCESS) {
                 gvm_phys_destroy(j->out[i]);
                 j->out[i] = NULL;
@@ -226,7 +235,7 @@ CUresult gvm_phys_get_many(int loc, const size_t *sizes, int n, bool staging, st
     for (int i = 0; i < n; i++) {
         out[i] = pool_take(loc, sizes[i], staging);
         if (!out[i]) todo[j.ntodo++] = i;
-        else if (staging && !out[i]->staging && (rc = map_staging(out[i])) != CUDA_SUCCESS) break;
+        else if (staging && !out[i]->staging && (rc = gvm_phys_stage(out[i])) != CUDA_SUCCESS) break;
     }
     if (rc == CUDA_SUCCESS && j.ntodo) rc = fits_cap(loc, sizes, todo, j.ntodo) ? create_parallel(&j) : CUDA_ERROR_OUT_OF_MEMORY;
     if (rc == CUDA_ERROR_OUT_OF_MEMORY && j.ntodo && gvm_phys_trim(loc, SIZE_MAX)) {
@@ -366,7 +375,7 @@ static void *fill_worker(void *arg)
     while ((fill_yield(), fill_claim(pl, piece))) {
         struct gvm_phys *p = NULL;
         CUresult rc = gvm_phys_create(loc, piece, &p);
-        if (rc == CUDA_SUCCESS && (rc = map_staging(p)) != CUDA_SUCCESS) {
+        if (rc == CUDA_SUCCESS && (rc = gvm_phys_stage(p)) != CUDA_SUCCESS) {
             gvm_phys_destroy(p);   /* a stuck one is leaked there */
             p = NULL;
         }

@@ -24,6 +24,15 @@ struct gvm_phys {
  * needs (POSIX_FD export, RDMA where the device supports it). */
 CUresult gvm_phys_create(int loc, size_t size, struct gvm_phys **out);
 
+/* Gives p its staging mapping if it has none. A move reads its sources
+ * through theirs, so that it can remap the region's own addresses while
+ * the copy runs (core/move.c). */
+CUresult gvm_phys_stage(struct gvm_phys *p);
+
+/* Removes the staging mapping gvm_phys_stage made (a failed move leaves
+ * its sources as they were). */
+void gvm_phys_unstage(struct gvm_phys *p);
+
 /* Unmaps the staging mapping and releases the handle. A staging mapping
  * that cannot be removed keeps its range and handle (leaked, with a
  * warning): freeing a range under a live mapping would let the next

@@ -187,6 +187,63 @@ static void first_move_of_a_large_piece_failing_at_every_call(void)
     CHECK(intact(p, n, 71));
 }
 
+/* ---- remapping while the copy runs ---------------------------------------- */
+
+/* Mapping host memory at a region costs about what copying it does, so a
+ * move reads its sources through a second mapping and remaps the region
+ * while the copy runs. Seen from the driver: when the move first waits for
+ * its copy, the region's new pieces are already mapped. The wait fails
+ * here, and the move must still come back whole. */
+static void the_region_is_remapped_while_its_copy_runs(void)
+{
+    start();
+    size_t n = 8 * MiB, pieces_to = n / (2 * MiB);   /* host pieces of the block size */
+    uintptr_t p = sim_alloc(n);
+    fill(p, n, 13);
+    CHECK_EQ(pieces(p), 1);
+    struct leaks base = leaks_now();
+    simcuda_reset_counts();
+    simcuda_fail_call("cuEventSynchronize", 1, CUDA_ERROR_LAUNCH_FAILED);
+    CHECK_EQ(gvm_migrate((void *)p, GVM_HOST), GVM_ERR_DRIVER);
+    /* Besides staging mappings (one range each: the source's and the new
+     * pieces'), the host pieces were mapped at the region before the wait,
+     * and the device piece came back with the rollback. */
+    CHECK_EQ(simcuda_calls_of("cuMemAddressReserve"), 1 + pieces_to);
+    CHECK_EQ(simcuda_calls_of("cuMemMap") - simcuda_calls_of("cuMemAddressReserve"), pieces_to + 1);
+    CHECK_EQ(simcuda_location_of(p), 0);
+    CHECK(intact(p, n, 13));
+    CHECK_NO_LEAK(base);   /* the staging mapping went with the failed move */
+    CHECK_EQ(gvm_migrate((void *)p, GVM_HOST), GVM_OK);
+    CHECK_EQ(simcuda_location_of(p + n - 1), SIMCUDA_LOC_HOST);
+    CHECK(intact(p, n, 13));
+    CHECK_EQ(gvm_migrate((void *)p, 0), GVM_OK);
+    CHECK(intact(p, n, 13));
+}
+
+/* A host source without a staging mapping (placed on host when it was
+ * allocated) is copied from the region's addresses and remapped after the
+ * copy: mapping it a second time would cost what the overlap saves. */
+static void host_sources_without_staging_keep_the_old_order(void)
+{
+    start();
+    size_t n = 8 * MiB;
+    uintptr_t p = sim_alloc(n);
+    fill(p, n, 14);
+    CHECK_EQ(gvm_migrate((void *)p, GVM_HOST), GVM_OK);
+    CHECK_EQ(gvm_migrate((void *)p, 0), GVM_OK);   /* staged host sources: early */
+    CHECK(intact(p, n, 14));
+    struct gvm_place on_host = {.loc = GVM_LOC_HOST};
+    uintptr_t q = 0;
+    CHECK_EQ(gvm_heap_alloc(n, 0, current_ctx(), &on_host, 0, &q), CUDA_SUCCESS);
+    fill(q, n, 15);
+    simcuda_reset_counts();
+    CHECK_EQ(gvm_migrate((void *)q, 0), GVM_OK);
+    /* Staging ranges for the device pieces only, none for the source. */
+    CHECK_EQ(simcuda_calls_of("cuMemAddressReserve"), pieces(q));
+    CHECK(intact(q, n, 15));
+    CHECK_EQ(simcuda_location_of(q), 0);
+}
+
 /* ---- the host pool filled ahead of need ------------------------------------ */
 
 static void host_pool_of(struct gvm_settings *s, size_t pool)
@@ -209,7 +266,9 @@ static void prefill_fills_the_pool_once_and_a_move_takes_it(void)
     simcuda_reset_counts();
     CHECK_EQ(gvm_migrate((void *)p, GVM_HOST), GVM_OK);
     CHECK_EQ(simcuda_calls_of("cuMemCreate"), 0);   /* ready memory, staged */
-    CHECK_EQ(simcuda_calls_of("cuMemAddressReserve"), 0);
+    /* One range only: the device source's staging mapping, read by the
+     * copy while the region's own addresses are remapped. */
+    CHECK_EQ(simcuda_calls_of("cuMemAddressReserve"), 1);
     CHECK(intact(p, 32 * MiB, 5));
     CHECK_EQ(gvm_phys_pooled(GVM_LOC_HOST), 32 * MiB);
     /* Once per process: the pool is not topped up behind the moves. */
@@ -502,6 +561,8 @@ static const struct test_case cases[] = {
     TEST_ENTRY(host_growth_on_threads_failing_half_way)
     TEST_ENTRY(growth_past_the_cap_is_refused_before_the_driver)
     TEST_ENTRY(first_move_of_a_large_piece_failing_at_every_call)
+    TEST_ENTRY(the_region_is_remapped_while_its_copy_runs)
+    TEST_ENTRY(host_sources_without_staging_keep_the_old_order)
     TEST_ENTRY(prefill_fills_the_pool_once_and_a_move_takes_it)
     TEST_ENTRY(prefill_failing_ends_quietly_without_a_leak)
     TEST_ENTRY(prefill_stays_under_the_host_cap)
