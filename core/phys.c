@@ -317,10 +317,17 @@ void gvm_phys_set_limit(int loc, size_t bytes)
 
 /* ---- filling the pool ahead of need --------------------------------------- */
 
-/* Background threads per location: creating pinned host memory scales
- * little past a few threads (8 threads: 1.4x one, H100 2026-11-22), and
- * the program's own driver calls share the driver with them. */
-#define FILL_THREADS 4
+/* One background thread per location. Several create pinned host memory
+ * little faster (H100, 2026-11-23: 4.75 GB/s on one thread, 4.21 on four),
+ * and each creation holds the driver for its whole length (~14 ms per
+ * 64 MiB piece): a move that starts meanwhile waits for every creation
+ * under way (two H200s, 2026-11-23: warm 64 MiB moves back from host took
+ * 13-14 ms with one fill thread, 40-80 ms with four, 1.2 ms without). */
+#define FILL_THREADS 1
+
+/* How long no move must have run before the fill creates a piece: moves
+ * come in bursts, and one starting just after a piece began waits for it. */
+#define FILL_QUIET_NS (100u * 1000 * 1000)
 
 static pthread_mutex_t fill_lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t fill_done = PTHREAD_COND_INITIALIZER;
@@ -359,12 +366,14 @@ static void fill_deliver(struct pool *pl, struct gvm_phys *p, size_t piece)
  * move under way waits on it: on two H200s a first 1 GiB move to host took
  * 1063 ms with the fill running beside it and 284 ms without, and warm
  * moves ran at 1 GB/s for as long as a 20 GiB fill lasted. So the fill
- * steps aside while any move runs (between pieces: one piece per thread
- * may still be under way). */
+ * steps aside while moves run and for a quiet stretch after the last one
+ * (between pieces: the piece under way is finished first). A program that
+ * keeps moving (a spill loop) needs no fill: its swaps recycle the pool. */
 static void fill_yield(void)
 {
     struct timespec pause = {0, 1000000};
-    while (gvm_move_under_way() && !__atomic_load_n(&fill_stop, __ATOMIC_RELAXED)) nanosleep(&pause, NULL);
+    while (gvm_move_idle_ns() < FILL_QUIET_NS && !__atomic_load_n(&fill_stop, __ATOMIC_RELAXED))
+        nanosleep(&pause, NULL);
 }
 
 static void *fill_worker(void *arg)

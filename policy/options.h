@@ -54,7 +54,7 @@
     X(host_pool, size, "4G", start,                                            \
       "ready pinned host pieces kept for migrations to host")                  \
     X(host_prefill, host_prefill, "auto", start,                               \
-      "create the host pool's pieces ahead of need on background threads: "   \
+      "create the host pool's pieces ahead of need on a background thread: "   \
       "auto (once host memory is in play: spill or a rule to host, host_pool " \
       "set, a tag pushed, a first move to host), on (at start), off (on "      \
       "demand only)")                                                          \
