@@ -29,6 +29,7 @@ static void region_reset(struct gvm_region *r)
     GVM_STORE(r->target, (struct gvm_region *)NULL);
     GVM_STORE(r->slab, (struct gvm_slab *)NULL);
     GVM_STORE(r->home, 0);
+    GVM_STORE(r->held_on, 0u);
     GVM_STORE(r->tag, 0);
     GVM_STORE(r->flags, 0u);
     GVM_STORE(r->spilled_at, (uint64_t)0);
@@ -113,12 +114,38 @@ static bool cpu_wanted(const struct gvm_block *b, int loc)
     return gvm_settings.host_access == GVM_HOST_ACCESS_EAGER || b->cpu;
 }
 
-static CUresult map_at(uintptr_t va, struct gvm_phys *p, bool cpu)
+static void held_on(struct gvm_region *r, int loc)
+{
+    if (loc >= 0) __atomic_fetch_or(&r->held_on, 1u << loc, __ATOMIC_RELEASE);
+}
+
+uint32_t gvm_region_host_reach(const struct gvm_region *r)
+{
+    if (r->kind == GVM_REGION_ALIAS && r->target) r = r->target;
+    uint32_t mask = __atomic_load_n(&gvm_topo.host_reach[r->device], __ATOMIC_ACQUIRE) | GVM_LOAD(r->held_on);
+    int home = GVM_LOAD(r->home);
+    return home >= 0 ? mask | 1u << home : mask;
+}
+
+/* Host-resident memory is granted to the devices that reach it natively
+ * (gvm_region_host_reach), not to every device: each device granted costs
+ * as much again (two H200s, 2026-11-23: mapping 128 MiB of host memory
+ * took 1.1 ms for one device, 3.0 ms for two; unmapping 0.31 vs 0.72 ms),
+ * and a spill swap pays both on its critical path. Device memory is
+ * granted to every device that reaches it: a region moved to a peer is
+ * still used from its own device. */
+static int access_of(const struct gvm_region *r, int loc, bool cpu, CUmemAccessDesc *descs)
+{
+    if (loc != GVM_LOC_HOST) return gvm_topo_access(loc, false, descs);
+    return gvm_topo_access_host(gvm_region_host_reach(r), cpu, descs);
+}
+
+static CUresult map_at(const struct gvm_region *r, uintptr_t va, struct gvm_phys *p, bool cpu)
 {
     CUresult rc = DRV(cuMemMap, (CUdeviceptr)va, p->size, 0, p->handle, 0);
     if (rc != CUDA_SUCCESS) return rc;
     CUmemAccessDesc descs[GVM_MAX_DEVICES + 1];
-    int n = gvm_topo_access(p->loc, cpu, descs);
+    int n = access_of(r, p->loc, cpu, descs);
     rc = DRV(cuMemSetAccess, (CUdeviceptr)va, p->size, descs, (size_t)n);
     if (rc != CUDA_SUCCESS) DRV(cuMemUnmap, (CUdeviceptr)va, p->size);
     return rc;
@@ -245,7 +272,7 @@ CUresult gvm_region_grow_by(struct gvm_region *r, size_t len, int loc, size_t ca
         /* One call over all new mappings: the driver accepts a range that
          * spans several mappings of one location. */
         CUmemAccessDesc descs[GVM_MAX_DEVICES + 1];
-        int n = gvm_topo_access(loc, cpu_wanted(&r->blocks[first], loc), descs);
+        int n = access_of(r, loc, cpu_wanted(&r->blocks[first], loc), descs);
         rc = DRV(cuMemSetAccess, (CUdeviceptr)(r->base + r->mapped), len, descs, (size_t)n);
     }
     for (int i = used; i < nready; i++) gvm_phys_put(ready[i]);   /* pieces a failure left unused */
@@ -255,6 +282,7 @@ CUresult gvm_region_grow_by(struct gvm_region *r, size_t len, int loc, size_t ca
         return rc;
     }
     for (int i = first; i < r->nblocks; i++) gvm_stats_resident(loc, (int64_t)r->blocks[i].size);
+    held_on(r, loc);
     GVM_STORE(r->mapped, end);
     gvm_debug("grow of %#lx by %zu bytes at %d: %d piece(s), get %.0f, map %.0f, access %.0f, all %.0f us",
               (unsigned long)r->base, len, loc, r->nblocks - first, t_get, t_map, grow_us() - t3, grow_us() - t0);
@@ -275,14 +303,17 @@ CUresult gvm_region_grow_striped(struct gvm_region *r, size_t len, uint64_t devi
         int loc = devs[k % (size_t)ndevs];
         if (ensure_blocks(r, r->nblocks + 1)) { rc = CUDA_ERROR_OUT_OF_MEMORY; break; }
         if ((rc = gvm_phys_get(loc, unit, false, &p)) != CUDA_SUCCESS) break;
-        if ((rc = map_at(r->base + off, p, false)) != CUDA_SUCCESS) { gvm_phys_put(p); break; }
+        if ((rc = map_at(r, r->base + off, p, false)) != CUDA_SUCCESS) { gvm_phys_put(p); break; }
         r->blocks[r->nblocks++] = (struct gvm_block){.phys = p, .off = off, .size = unit};
     }
     if (rc != CUDA_SUCCESS) {
         drop_new_blocks(r, first);
         return rc;
     }
-    for (int i = first; i < r->nblocks; i++) gvm_stats_resident(r->blocks[i].phys->loc, (int64_t)unit);
+    for (int i = first; i < r->nblocks; i++) {
+        gvm_stats_resident(r->blocks[i].phys->loc, (int64_t)unit);
+        held_on(r, r->blocks[i].phys->loc);
+    }
     GVM_STORE(r->mapped, start + len);
     return CUDA_SUCCESS;
 }
@@ -324,7 +355,8 @@ static int views_of_range(struct gvm_region *r, size_t off, size_t len, uintptr_
 
 /* Maps pieces from va on, then grants access over the whole span. On
  * failure nothing stays mapped. */
-static CUresult map_pieces(uintptr_t va, size_t len, struct gvm_phys *const *p, int n, bool cpu)
+static CUresult map_pieces(const struct gvm_region *r, uintptr_t va, size_t len, struct gvm_phys *const *p, int n,
+                           bool cpu)
 {
     size_t o = 0;
     CUresult rc = CUDA_SUCCESS;
@@ -334,7 +366,7 @@ static CUresult map_pieces(uintptr_t va, size_t len, struct gvm_phys *const *p, 
     }
     if (rc == CUDA_SUCCESS) {
         CUmemAccessDesc descs[GVM_MAX_DEVICES + 1];
-        int nd = gvm_topo_access(p[0]->loc, cpu && p[0]->loc == GVM_LOC_HOST, descs);
+        int nd = access_of(r, p[0]->loc, cpu, descs);
         rc = DRV(cuMemSetAccess, (CUdeviceptr)va, len, descs, (size_t)nd);
     }
     /* One unmap may span several adjacent mappings. */
@@ -353,8 +385,8 @@ CUresult gvm_region_respan(struct gvm_region *r, size_t off, size_t len, struct 
     for (; done < nv; done++) {
         uintptr_t va = views[done] + off;
         if ((rc = DRV(cuMemUnmap, (CUdeviceptr)va, len)) != CUDA_SUCCESS) break;
-        if ((rc = map_pieces(va, len, to, nto, to_cpu)) != CUDA_SUCCESS) {
-            if (map_pieces(va, len, from, nfrom, from_cpu) != CUDA_SUCCESS)
+        if ((rc = map_pieces(r, va, len, to, nto, to_cpu)) != CUDA_SUCCESS) {
+            if (map_pieces(r, va, len, from, nfrom, from_cpu) != CUDA_SUCCESS)
                 gvm_error("cannot restore mapping at %#lx after a failed remap", (unsigned long)va);
             break;
         }
@@ -363,13 +395,14 @@ CUresult gvm_region_respan(struct gvm_region *r, size_t off, size_t len, struct 
         for (int v = 0; v < done; v++) {
             uintptr_t va = views[v] + off;
             DRV(cuMemUnmap, (CUdeviceptr)va, len);
-            if (map_pieces(va, len, from, nfrom, from_cpu) != CUDA_SUCCESS)
+            if (map_pieces(r, va, len, from, nfrom, from_cpu) != CUDA_SUCCESS)
                 gvm_error("cannot restore mapping at %#lx after a failed remap", (unsigned long)va);
         }
         return rc;
     }
     gvm_stats_resident(from[0]->loc, -(int64_t)len);
     gvm_stats_resident(to[0]->loc, (int64_t)len);
+    held_on(r, to[0]->loc);
     return CUDA_SUCCESS;
 }
 
@@ -397,7 +430,7 @@ CUresult gvm_region_unmap_block(struct gvm_region *r, int i, struct gvm_phys **o
     for (int v = 0; v < nv; v++) {
         CUresult rc = DRV(cuMemUnmap, (CUdeviceptr)views[v], b->size);
         if (rc != CUDA_SUCCESS) {
-            for (int u = 0; u < v; u++) map_at(views[u], b->phys, cpu_wanted(b, b->phys->loc));
+            for (int u = 0; u < v; u++) map_at(r, views[u], b->phys, cpu_wanted(b, b->phys->loc));
             return rc;
         }
     }
@@ -415,13 +448,14 @@ CUresult gvm_region_map_block(struct gvm_region *r, int i, struct gvm_phys *np)
     int nv = views_of(r, b, views, MAX_VIEWS);
     bool cpu = np->loc == GVM_LOC_HOST && gvm_settings.host_access == GVM_HOST_ACCESS_EAGER;
     for (int v = 0; v < nv; v++) {
-        CUresult rc = map_at(views[v], np, cpu);
+        CUresult rc = map_at(r, views[v], np, cpu);
         if (rc != CUDA_SUCCESS) {
             for (int u = 0; u < v; u++) DRV(cuMemUnmap, (CUdeviceptr)views[u], b->size);
             return rc;
         }
     }
     gvm_stats_resident(np->loc, (int64_t)b->size);
+    held_on(r, np->loc);
     b->phys = np;
     b->cpu = cpu;
     return CUDA_SUCCESS;
@@ -434,12 +468,29 @@ CUresult gvm_region_grant_cpu(struct gvm_region *r, int i)
     uintptr_t views[MAX_VIEWS];
     int nv = views_of(r, b, views, MAX_VIEWS);
     CUmemAccessDesc descs[GVM_MAX_DEVICES + 1];
-    int n = gvm_topo_access(GVM_LOC_HOST, true, descs);
+    int n = access_of(r, GVM_LOC_HOST, true, descs);
     for (int v = 0; v < nv; v++) {
         CUresult rc = DRV(cuMemSetAccess, (CUdeviceptr)views[v], b->size, descs, (size_t)n);
         if (rc != CUDA_SUCCESS) return rc;
     }
     b->cpu = true;
+    return CUDA_SUCCESS;
+}
+
+CUresult gvm_region_grant_host(struct gvm_region *r, int dev)
+{
+    CUmemAccessDesc d[GVM_MAX_DEVICES + 1];
+    int n = gvm_topo_access_host(1u << dev, false, d);
+    for (int i = 0; i < r->nblocks && n; i++) {
+        struct gvm_block *b = &r->blocks[i];
+        if (!b->phys || b->phys->loc != GVM_LOC_HOST) continue;
+        uintptr_t views[MAX_VIEWS];
+        int nv = views_of(r, b, views, MAX_VIEWS);
+        for (int v = 0; v < nv; v++) {
+            CUresult rc = DRV(cuMemSetAccess, (CUdeviceptr)views[v], b->size, d, (size_t)n);
+            if (rc != CUDA_SUCCESS) return rc;
+        }
+    }
     return CUDA_SUCCESS;
 }
 
@@ -498,7 +549,7 @@ CUresult gvm_region_mirror(struct gvm_region *alias, struct gvm_region *target)
     for (int i = 0; i < target->nblocks; i++) {
         struct gvm_block *b = &target->blocks[i];
         if (!b->phys) continue;
-        CUresult rc = map_at(alias->base + b->off, b->phys, cpu_wanted(b, b->phys->loc));
+        CUresult rc = map_at(target, alias->base + b->off, b->phys, cpu_wanted(b, b->phys->loc));
         if (rc != CUDA_SUCCESS) {
             for (int j = i - 1; j >= 0; j--)
                 if (target->blocks[j].phys)

@@ -77,6 +77,7 @@ CUresult gvm_topo_init(void)
             if (!ok && DRV(cuDeviceCanAccessPeer, &ok, a, b) != CUDA_SUCCESS) ok = 0;
             gvm_topo.peer[a][b] = (unsigned char)ok;
         }
+    for (int d = 0; d < n; d++) gvm_topo.host_reach[d] |= 1u << d;   /* peers enabled before the start stay */
     if (n > 0) read_host();
     return CUDA_SUCCESS;
 }
@@ -89,27 +90,36 @@ bool gvm_topo_reaches(int dev, int loc)
     return gvm_topo.peer[dev][loc];
 }
 
+static void grant(CUmemAccessDesc *d, CUmemLocationType type, int id)
+{
+    memset(d, 0, sizeof *d);
+    d->location.type = type;
+    d->location.id = id;
+    d->flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+}
+
+/* Only a HOST_NUMA descriptor makes the CPU side readable; a HOST
+ * descriptor is accepted and then faults (measured on H200). */
+static int grant_cpu(CUmemAccessDesc *descs, int n)
+{
+    grant(&descs[n], CU_MEM_LOCATION_TYPE_HOST_NUMA, gvm_topo.host_numa_id);
+    return n + 1;
+}
+
 int gvm_topo_access(int loc, bool cpu, CUmemAccessDesc *descs)
 {
     int n = 0;
-    for (int d = 0; d < gvm_topo.ndev; d++) {
-        if (!gvm_topo.dev[d].vmm || !gvm_topo_reaches(d, loc)) continue;
-        memset(&descs[n], 0, sizeof descs[n]);
-        descs[n].location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        descs[n].location.id = d;
-        descs[n].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        n++;
-    }
-    if (cpu && loc == GVM_LOC_HOST) {
-        memset(&descs[n], 0, sizeof descs[n]);
-        /* Only a HOST_NUMA descriptor makes the CPU side readable; a HOST
-         * descriptor is accepted and then faults (measured on H200). */
-        descs[n].location.type = CU_MEM_LOCATION_TYPE_HOST_NUMA;
-        descs[n].location.id = gvm_topo.host_numa_id;
-        descs[n].flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-        n++;
-    }
-    return n;
+    for (int d = 0; d < gvm_topo.ndev; d++)
+        if (gvm_topo.dev[d].vmm && gvm_topo_reaches(d, loc)) grant(&descs[n++], CU_MEM_LOCATION_TYPE_DEVICE, d);
+    return cpu && loc == GVM_LOC_HOST ? grant_cpu(descs, n) : n;
+}
+
+int gvm_topo_access_host(uint32_t devices, bool cpu, CUmemAccessDesc *descs)
+{
+    int n = 0;
+    for (int d = 0; d < gvm_topo.ndev; d++)
+        if (gvm_topo.dev[d].vmm && (devices >> d & 1)) grant(&descs[n++], CU_MEM_LOCATION_TYPE_DEVICE, d);
+    return cpu ? grant_cpu(descs, n) : n;
 }
 
 CUresult gvm_topo_ctx(int dev, CUcontext *ctx)

@@ -7,6 +7,9 @@
  * from what is recorded here, so they read as natively. */
 #include "preload/shim.h"
 
+#include "core/log.h"
+#include "core/reach.h"
+
 #include <pthread.h>
 
 #define PEER_PAIRS 256
@@ -57,11 +60,38 @@ static void record(CUcontext to, bool on)
     pthread_mutex_unlock(&pairs_lock);
 }
 
+/* The device of ctx (pushed for the question: the driver answers for the
+ * current context only); -1 if it cannot be told. */
+static int device_of(CUcontext ctx)
+{
+    CUdevice d = -1;
+    if (GVM_REAL(cuCtxPushCurrent_v2)(ctx) != CUDA_SUCCESS) return -1;
+    if (GVM_REAL(cuCtxGetDevice)(&d) != CUDA_SUCCESS) d = -1;
+    CUcontext popped;
+    GVM_REAL(cuCtxPopCurrent_v2)(&popped);
+    return (int)d;
+}
+
+/* The current context's device now reaches the peer's allocations: those
+ * living on host memory are granted to it (core/reach.h). */
+static void reach(CUcontext peer)
+{
+    CUdevice from = -1;
+    int to = device_of(peer);
+    if (GVM_REAL(cuCtxGetDevice)(&from) != CUDA_SUCCESS || from < 0 || to < 0) return;
+    CUresult rc = gvm_reach_host(to, (int)from);
+    if (rc != CUDA_SUCCESS)
+        gvm_warn("granting device %d the host-resident memory of device %d failed (%d)", (int)from, to, rc);
+}
+
 GVM_EXPORT CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
 {
     gvm_hook_count(GVM_FN_cuCtxEnablePeerAccess);
     CUresult rc = GVM_REAL(cuCtxEnablePeerAccess)(peer, flags);
-    if (rc == CUDA_SUCCESS) record(peer, true);
+    if (rc == CUDA_SUCCESS) {
+        record(peer, true);
+        reach(peer);
+    }
     return rc;
 }
 

@@ -5,6 +5,7 @@
 #include "core/capture.h"
 #include "core/held.h"
 #include "core/move.h"
+#include "core/reach.h"
 #include "core/slab.h"
 
 #include <errno.h>
@@ -180,6 +181,65 @@ static void migrate_round_trip_keeps_data(void)
     CHECK_EQ(gvm_migrate((void *)p, 7), GVM_ERR_INVALID);
     CHECK_EQ(gvm_migrate((void *)(p + 300 * MiB), 1), GVM_ERR_UNKNOWN_POINTER);
     CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
+}
+
+/* Host-resident memory is granted to the devices that reach it natively:
+ * its own device, and devices the program enabled peer access for. Each
+ * device granted makes mapping host memory cost as much again. */
+/* The devices granted at p (the CPU left out). */
+static int devices_of(uintptr_t p) { return simcuda_access_mask(p) & ~(int)SIMCUDA_CPU_BIT; }
+
+static void host_memory_is_granted_to_the_devices_that_reach_it(void)
+{
+    start2();
+    uintptr_t p = sim_alloc(8 * MiB), q = sim_alloc(8 * MiB), small = sim_alloc(4096);
+    fill(p, 8 * MiB, 31);
+    CHECK_EQ(devices_of(p), 3);   /* device memory: every device reaching it */
+    CHECK_EQ(gvm_migrate((void *)p, GVM_HOST), GVM_OK);
+    CHECK_EQ(gvm_migrate((void *)small, GVM_HOST), GVM_OK);
+    CHECK_EQ(devices_of(p), 1);
+    CHECK_EQ(devices_of(p + 8 * MiB - 1), 1);
+    CHECK_EQ(devices_of(small), 1);
+    void *view = NULL;
+    CHECK_EQ(gvm_alias((void *)p, &view), GVM_OK);
+    CHECK_EQ(devices_of((uintptr_t)view), 1);
+    /* Memory the program moved to device 1 stays reachable there. */
+    uintptr_t m = sim_alloc(8 * MiB);
+    CHECK_EQ(gvm_migrate((void *)m, 1), GVM_OK);
+    CHECK_EQ(gvm_migrate((void *)m, GVM_HOST), GVM_OK);
+    CHECK_EQ(devices_of(m), 3);
+    /* Freed and cached with its host memory: given back, not kept unreachable. */
+    CHECK_EQ(gvm_migrate((void *)q, GVM_HOST), GVM_OK);
+    CHECK_EQ(gvm_heap_free(q), CUDA_SUCCESS);
+    /* Device 1 enables peer access to device 0's memory. */
+    CHECK_EQ(gvm_reach_host(0, 1), CUDA_SUCCESS);
+    CHECK_EQ(devices_of(p), 3);
+    CHECK_EQ(devices_of(p + 8 * MiB - 1), 3);
+    CHECK_EQ(devices_of((uintptr_t)view), 3);
+    CHECK_EQ(devices_of(small), 3);
+    CHECK_EQ(simcuda_location_of(q), SIMCUDA_LOC_UNMAPPED);   /* the cached region is gone */
+    uintptr_t r = sim_alloc(8 * MiB);   /* and memory that goes to host later */
+    CHECK_EQ(gvm_migrate((void *)r, GVM_HOST), GVM_OK);
+    CHECK_EQ(devices_of(r), 3);
+    CHECK(intact(p, 8 * MiB, 31));
+    /* Device 1's own memory on host stays its own. */
+    uintptr_t d1 = sim_alloc_on(1, 8 * MiB);
+    CHECK_EQ(gvm_migrate((void *)d1, GVM_HOST), GVM_OK);
+    CHECK_EQ(devices_of(d1), 2);
+}
+
+/* A grant that fails is reported; the ones after it are still made. */
+static void a_failed_peer_grant_is_reported(void)
+{
+    start2();
+    uintptr_t p = sim_alloc(8 * MiB), q = sim_alloc(8 * MiB);
+    CHECK_EQ(gvm_migrate((void *)p, GVM_HOST), GVM_OK);
+    CHECK_EQ(gvm_migrate((void *)q, GVM_HOST), GVM_OK);
+    simcuda_fail_call("cuMemSetAccess", 1, CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(gvm_reach_host(0, 1), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(devices_of(p) | devices_of(q), 3);   /* one of them was granted */
+    CHECK_EQ(gvm_reach_host(0, 1), CUDA_SUCCESS);                    /* once per pair */
+    CHECK_EQ(gvm_reach_host(0, GVM_MAX_DEVICES), CUDA_ERROR_INVALID_DEVICE);
 }
 
 static void migrating_a_small_allocation_moves_its_chunk(void)
@@ -901,6 +961,8 @@ static const struct test_case cases[] = {
     TEST_ENTRY(out_of_memory_is_the_native_error)
     TEST_ENTRY(alloc_failure_at_every_call)
     TEST_ENTRY(migrate_round_trip_keeps_data)
+    TEST_ENTRY(host_memory_is_granted_to_the_devices_that_reach_it)
+    TEST_ENTRY(a_failed_peer_grant_is_reported)
     TEST_ENTRY(migrating_a_small_allocation_moves_its_chunk)
     TEST_ENTRY(migrate_without_peer_access_is_refused)
     TEST_ENTRY(migrate_failure_at_every_call)

@@ -140,6 +140,41 @@ static void migrate_to_host()
     printf("     CPU read 1 GiB through the pointer: %.1f ms\n", ms);
 }
 
+/* Natively a kernel on device 1 reaches device 0's cudaMalloc memory once
+ * the program enabled peer access; gvmshim grants host-resident memory to
+ * the devices that reach it, so that grant must follow the enable, for
+ * memory already on host and memory that goes there later. */
+static void peer_enabled_device_reads_host_memory()
+{
+    if (!peer_ok) skip("needs 2 GPUs with peer access (have %d device(s))", ndev);
+    const size_t n = 64 * MiB / 4;
+    uint32_t *early = nullptr, *late = nullptr;
+    CK(cudaMalloc((void **)&early, n * 4));
+    CK(cudaMalloc((void **)&late, n * 4));
+    fill_words(early, n, 0, 7);
+    fill_words(late, n, 0, 8);
+    CK(cudaDeviceSynchronize());
+    CKG(gvm, gvm.migrate(early, GVM_HOST));
+    CK(cudaSetDevice(1));
+    cudaError_t e = cudaDeviceEnablePeerAccess(0, 0);
+    if (e == cudaErrorPeerAccessAlreadyEnabled) (void)cudaGetLastError();
+    else CK(e);
+    CK(cudaSetDevice(0));
+    CKG(gvm, gvm.migrate(late, GVM_HOST));
+    CK(cudaSetDevice(1));
+    try {
+        verify_words(*cnt, early, n, 0, 7, "host memory moved before the enable, read on device 1");
+        verify_words(*cnt, late, n, 0, 8, "host memory moved after the enable, read on device 1");
+    } catch (...) {
+        cudaSetDevice(0);
+        throw;
+    }
+    CK(cudaSetDevice(0));
+    verify_words(*cnt, early, n, 0, 7, "read on device 0");
+    CK(cudaFree(early));
+    CK(cudaFree(late));
+}
+
 static void migrate_back_to_device()
 {
     need_big();
@@ -412,6 +447,7 @@ int main()
     r.run("fill_1gib", fill_1gib);
     r.run("migrate_to_peer", migrate_to_peer);
     r.run("migrate_to_host", migrate_to_host);
+    r.run("peer_enabled_device_reads_host_memory", peer_enabled_device_reads_host_memory);
     r.run("migrate_back_to_device", migrate_back_to_device);
     r.run("graph_replay_across_moves", graph_replay_across_moves);
     r.run("alias_read_write", alias_read_write);
