@@ -287,31 +287,39 @@ static void unstage_sources(struct plan *p)
     p->nstaged = 0;
 }
 
+static int copy_device(int src, int dst);
+
 /* Gives the sources of each group a second (staging) mapping, so that the
  * copy reads through it while the region's own addresses are remapped:
  * the remap, CPU work in the driver (mapping host memory costs about as
  * much as copying it), then overlaps the group's copy instead of following
  * it. Mapping device memory costs tens of microseconds; a host source
  * without a staging mapping (placed on host at allocation) would cost what
- * the overlap saves, so its group keeps the order copy, wait, remap. */
+ * the overlap saves, so its group keeps the order copy, wait, remap, as
+ * long as the copying device reaches the region. Staging mappings are
+ * granted to the device whose copy engine uses them. */
 static CUresult stage_sources(struct gvm_region *r, struct plan *p)
 {
     p->staged = calloc((size_t)r->nblocks, sizeof *p->staged);
     if (!p->staged) return CUDA_ERROR_OUT_OF_MEMORY;
     for (int k = 0; k < p->ng; k++) {
         struct group *g = &p->g[k];
+        int dev = copy_device(r->blocks[g->b0].phys->loc, p->dst[g->d0]->loc);
+        if (dev < 0) return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+        CUresult rc = CUDA_SUCCESS;
+        for (int j = 0; j < g->nd && rc == CUDA_SUCCESS; j++) rc = gvm_phys_stage_for(p->dst[g->d0 + j], dev);
         g->early = true;
-        for (int i = g->b0; i < g->b1 && g->early; i++) {
+        for (int i = g->b0; i < g->b1 && g->early && rc == CUDA_SUCCESS; i++) {
             struct gvm_phys *s = r->blocks[i].phys;
-            if (s->staging) continue;
-            if (s->loc == GVM_LOC_HOST) {
+            bool had = s->staging != 0;
+            if (!had && s->loc == GVM_LOC_HOST && (gvm_region_reach(r) >> dev & 1)) {
                 g->early = false;
                 continue;
             }
-            CUresult rc = gvm_phys_stage(s);
-            if (rc != CUDA_SUCCESS) return rc;
-            p->staged[p->nstaged++] = s;
+            rc = gvm_phys_stage_for(s, dev);
+            if (!had && s->staging) p->staged[p->nstaged++] = s;
         }
+        if (rc != CUDA_SUCCESS) return rc;
     }
     return CUDA_SUCCESS;
 }

@@ -71,11 +71,16 @@ CUresult gvm_phys_stage(struct gvm_phys *p)
     if (rc != CUDA_SUCCESS) return rc;
     rc = DRV(cuMemMap, va, p->size, 0, p->handle, 0);
     if (rc != CUDA_SUCCESS) goto free_va;
+    /* Host pieces serve every device's copies (each moves its own memory
+     * to and from host); a device piece its own device's, and a peer's on
+     * demand (gvm_phys_stage_for). */
+    uint32_t devices = p->loc == GVM_LOC_HOST ? UINT32_MAX : 1u << p->loc;
     CUmemAccessDesc descs[GVM_MAX_DEVICES + 1];
-    int n = gvm_topo_access(p->loc, false, descs);
+    int n = gvm_topo_access_mask(p->loc, devices, false, descs);
     rc = DRV(cuMemSetAccess, va, p->size, descs, (size_t)n);
     if (rc != CUDA_SUCCESS) goto unmap;
     p->staging = va;
+    p->staged_for = devices;
     return CUDA_SUCCESS;
 unmap:
     if (gvm_phys_unmap(va, p->size) != CUDA_SUCCESS) {
@@ -87,12 +92,24 @@ free_va:
     return rc;
 }
 
+CUresult gvm_phys_stage_for(struct gvm_phys *p, int dev)
+{
+    CUresult rc = gvm_phys_stage(p);
+    if (rc != CUDA_SUCCESS || dev < 0 || (p->staged_for >> dev & 1)) return rc;
+    CUmemAccessDesc d[GVM_MAX_DEVICES + 1];
+    int n = gvm_topo_access_mask(p->loc, 1u << dev, false, d);
+    if (!n) return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
+    if ((rc = DRV(cuMemSetAccess, p->staging, p->size, d, (size_t)n)) == CUDA_SUCCESS) p->staged_for |= 1u << dev;
+    return rc;
+}
+
 void gvm_phys_unstage(struct gvm_phys *p)
 {
     /* An unmap that fails keeps the mapping recorded: destroy tries again. */
     if (!p->staging || gvm_phys_unmap(p->staging, p->size) != CUDA_SUCCESS) return;
     DRV(cuMemAddressFree, p->staging, p->size);
     p->staging = 0;
+    p->staged_for = 0;
 }
 
 CUresult gvm_phys_unmap(CUdeviceptr va, size_t size)

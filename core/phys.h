@@ -10,12 +10,14 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 
 struct gvm_phys {
     CUmemGenericAllocationHandle handle;
     size_t size;
     int loc;                 /* device ordinal or GVM_LOC_HOST */
     CUdeviceptr staging;     /* second mapping for copies, 0 if none */
+    uint32_t staged_for;     /* devices (bit per ordinal) granted the staging mapping */
     bool stuck;              /* a mapping of it could not be removed: never pooled or released */
     struct gvm_phys *next;   /* pool list */
 };
@@ -28,6 +30,12 @@ CUresult gvm_phys_create(int loc, size_t size, struct gvm_phys **out);
  * through theirs, so that it can remap the region's own addresses while
  * the copy runs (core/move.c). */
 CUresult gvm_phys_stage(struct gvm_phys *p);
+
+/* gvm_phys_stage, and the staging mapping granted to device dev, whose
+ * copy engine will use it (a move between devices; dev < 0: nothing). A
+ * device piece's staging mapping is granted to its own device only at
+ * first: every device granted costs as much again. */
+CUresult gvm_phys_stage_for(struct gvm_phys *p, int dev);
 
 /* Removes the staging mapping gvm_phys_stage made (a failed move leaves
  * its sources as they were). */

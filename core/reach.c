@@ -48,7 +48,7 @@ static CUresult grant_all(struct owned *o, int dev)
          * it began before the new bit was set; it is finished here. */
         pthread_mutex_lock(&r->op);
         if (__atomic_load_n(&r->gen, __ATOMIC_ACQUIRE) == o->gen[i]) {
-            CUresult rc = gvm_region_grant_host(r, dev);
+            CUresult rc = gvm_region_grant(r, dev);
             if (rc != CUDA_SUCCESS && first == CUDA_SUCCESS) first = rc;
         }
         pthread_mutex_unlock(&r->op);
@@ -56,19 +56,19 @@ static CUresult grant_all(struct owned *o, int dev)
     return first;
 }
 
-CUresult gvm_reach_host(int owner, int dev)
+CUresult gvm_reach_enable(int owner, int dev)
 {
     if (owner < 0 || owner >= GVM_MAX_DEVICES || dev < 0 || dev >= GVM_MAX_DEVICES) return CUDA_ERROR_INVALID_DEVICE;
     uint32_t bit = 1u << dev;
     if (!gvm_core_active()) {
         /* Nothing is mapped yet; the start keeps the bit (gvm_topo_init). */
-        __atomic_fetch_or(&gvm_topo.host_reach[owner], bit, __ATOMIC_ACQ_REL);
+        __atomic_fetch_or(&gvm_topo.reach[owner], bit, __ATOMIC_ACQ_REL);
         return CUDA_SUCCESS;
     }
-    if (__atomic_load_n(&gvm_topo.host_reach[owner], __ATOMIC_ACQUIRE) & bit) return CUDA_SUCCESS;
+    if (__atomic_load_n(&gvm_topo.reach[owner], __ATOMIC_ACQUIRE) & bit) return CUDA_SUCCESS;
     pthread_mutex_lock(&reach_lock);
     CUresult rc = CUDA_SUCCESS;
-    if (!(__atomic_fetch_or(&gvm_topo.host_reach[owner], bit, __ATOMIC_ACQ_REL) & bit)) {
+    if (!(__atomic_fetch_or(&gvm_topo.reach[owner], bit, __ATOMIC_ACQ_REL) & bit)) {
         /* Before the walk: what is mapped after it reads the new bit.
          * Cached regions keep their mappings out of the live list: they
          * are given back instead of walked. */

@@ -1,7 +1,7 @@
-/* Which devices reach the host-resident memory of a device's allocations.
- * gvmshim grants host-resident memory only to the devices that reach it
- * natively (core/region.c), since every device granted makes mapping host
- * memory, on a spill's critical path, cost as much again. */
+/* Which devices reach the memory of a device's allocations. gvmshim grants
+ * memory only to the devices that reach it natively (core/region.c), since
+ * every device granted makes mapping it, on a move's critical path, cost
+ * about as much again. */
 #ifndef GVM_REACH_H
 #define GVM_REACH_H
 
@@ -9,10 +9,10 @@
 
 /* The program enabled peer access for device `dev` to the memory of
  * device `owner` (cuCtxEnablePeerAccess): dev's kernels now reach owner's
- * allocations natively, so dev is granted access to those that are host-
- * resident now and to every one that becomes so later. Once per pair;
+ * allocations natively, so dev is granted access to all of them, wherever
+ * their memory lives now or later. Once per pair;
  * disabling peer access again revokes nothing. Returns the first driver
  * error of a grant (the grants after it are still made). */
-CUresult gvm_reach_host(int owner, int dev);
+CUresult gvm_reach_enable(int owner, int dev);
 
 #endif

@@ -119,25 +119,25 @@ static void held_on(struct gvm_region *r, int loc)
     if (loc >= 0) __atomic_fetch_or(&r->held_on, 1u << loc, __ATOMIC_RELEASE);
 }
 
-uint32_t gvm_region_host_reach(const struct gvm_region *r)
+uint32_t gvm_region_reach(const struct gvm_region *r)
 {
     if (r->kind == GVM_REGION_ALIAS && r->target) r = r->target;
-    uint32_t mask = __atomic_load_n(&gvm_topo.host_reach[r->device], __ATOMIC_ACQUIRE) | GVM_LOAD(r->held_on);
+    uint32_t mask = __atomic_load_n(&gvm_topo.reach[r->device], __ATOMIC_ACQUIRE) | GVM_LOAD(r->held_on);
     int home = GVM_LOAD(r->home);
     return home >= 0 ? mask | 1u << home : mask;
 }
 
-/* Host-resident memory is granted to the devices that reach it natively
- * (gvm_region_host_reach), not to every device: each device granted costs
- * as much again (two H200s, 2026-11-23: mapping 128 MiB of host memory
- * took 1.1 ms for one device, 3.0 ms for two; unmapping 0.31 vs 0.72 ms),
- * and a spill swap pays both on its critical path. Device memory is
- * granted to every device that reaches it: a region moved to a peer is
- * still used from its own device. */
+/* Memory is granted to the devices that reach it natively (the device
+ * holding it and gvm_region_reach), not to every device: each device
+ * granted costs about as much again, and a move pays for it on its
+ * critical path (two H200s, 2026-11-23, 128 MiB in 64 MiB pieces: host
+ * memory mapped in 1.1-1.5 ms for one device and 3.0-4.9 ms for two;
+ * device memory in 0.1 ms for its own device and 1.6 ms with the peer). */
 static int access_of(const struct gvm_region *r, int loc, bool cpu, CUmemAccessDesc *descs)
 {
-    if (loc != GVM_LOC_HOST) return gvm_topo_access(loc, false, descs);
-    return gvm_topo_access_host(gvm_region_host_reach(r), cpu, descs);
+    uint32_t mask = gvm_region_reach(r);
+    if (loc >= 0) mask |= 1u << loc;
+    return gvm_topo_access_mask(loc, mask, cpu, descs);
 }
 
 static CUresult map_at(const struct gvm_region *r, uintptr_t va, struct gvm_phys *p, bool cpu)
@@ -477,13 +477,13 @@ CUresult gvm_region_grant_cpu(struct gvm_region *r, int i)
     return CUDA_SUCCESS;
 }
 
-CUresult gvm_region_grant_host(struct gvm_region *r, int dev)
+CUresult gvm_region_grant(struct gvm_region *r, int dev)
 {
-    CUmemAccessDesc d[GVM_MAX_DEVICES + 1];
-    int n = gvm_topo_access_host(1u << dev, false, d);
-    for (int i = 0; i < r->nblocks && n; i++) {
+    for (int i = 0; i < r->nblocks; i++) {
         struct gvm_block *b = &r->blocks[i];
-        if (!b->phys || b->phys->loc != GVM_LOC_HOST) continue;
+        CUmemAccessDesc d[GVM_MAX_DEVICES + 1];
+        int n = b->phys ? gvm_topo_access_mask(b->phys->loc, 1u << dev, false, d) : 0;
+        if (!n) continue;
         uintptr_t views[MAX_VIEWS];
         int nv = views_of(r, b, views, MAX_VIEWS);
         for (int v = 0; v < nv; v++) {

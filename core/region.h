@@ -52,7 +52,7 @@ struct gvm_region {
     int device;              /* the device the program allocated on */
     int home;                /* where the policy wants it (device, or host) */
     uint32_t held_on;        /* devices its memory has lived on (bit per ordinal): they keep
-                                reaching it on host (gvm_region_host_reach) */
+                                reaching it (gvm_region_reach) */
     CUcontext ctx;           /* the context current at allocation */
     struct gvm_block *blocks;
     int nblocks, cap_blocks;
@@ -168,15 +168,16 @@ CUresult gvm_region_map_block(struct gvm_region *r, int i, struct gvm_phys *np);
 /* Grants (or keeps) CPU access to block i if it is host-resident. */
 CUresult gvm_region_grant_cpu(struct gvm_region *r, int i);
 
-/* The devices (bit per ordinal) its host-resident memory is granted to:
- * those reaching its device's host memory (gvm_topo.host_reach), the
- * device it belongs on, and every device its memory lived on (a program
- * that moved it to a peer uses it there). Of an alias: its target's. */
-uint32_t gvm_region_host_reach(const struct gvm_region *r);
+/* The devices (bit per ordinal) its memory is granted to, besides the
+ * device holding it: those reaching its device's memory (gvm_topo.reach),
+ * the device it belongs on, and every device its memory lived on (a
+ * program that moved it to a peer uses it there). Of an alias: its
+ * target's. */
+uint32_t gvm_region_reach(const struct gvm_region *r);
 
-/* Grants dev access to r's host-resident blocks, in every view. The caller
- * holds r->op. */
-CUresult gvm_region_grant_host(struct gvm_region *r, int dev);
+/* Grants dev access to r's blocks (those at locations dev reaches), in
+ * every view. The caller holds r->op. */
+CUresult gvm_region_grant(struct gvm_region *r, int dev);
 
 /* Where r's memory lives: a device, GVM_LOC_HOST, GVM_LOC_MIXED, or
  * GVM_LOC_NONE when nothing is mapped. */

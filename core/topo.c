@@ -77,7 +77,7 @@ CUresult gvm_topo_init(void)
             if (!ok && DRV(cuDeviceCanAccessPeer, &ok, a, b) != CUDA_SUCCESS) ok = 0;
             gvm_topo.peer[a][b] = (unsigned char)ok;
         }
-    for (int d = 0; d < n; d++) gvm_topo.host_reach[d] |= 1u << d;   /* peers enabled before the start stay */
+    for (int d = 0; d < n; d++) gvm_topo.reach[d] |= 1u << d;   /* peers enabled before the start stay */
     if (n > 0) read_host();
     return CUDA_SUCCESS;
 }
@@ -106,20 +106,18 @@ static int grant_cpu(CUmemAccessDesc *descs, int n)
     return n + 1;
 }
 
-int gvm_topo_access(int loc, bool cpu, CUmemAccessDesc *descs)
+int gvm_topo_access_mask(int loc, uint32_t devices, bool cpu, CUmemAccessDesc *descs)
 {
     int n = 0;
     for (int d = 0; d < gvm_topo.ndev; d++)
-        if (gvm_topo.dev[d].vmm && gvm_topo_reaches(d, loc)) grant(&descs[n++], CU_MEM_LOCATION_TYPE_DEVICE, d);
+        if ((devices >> d & 1) && gvm_topo.dev[d].vmm && gvm_topo_reaches(d, loc))
+            grant(&descs[n++], CU_MEM_LOCATION_TYPE_DEVICE, d);
     return cpu && loc == GVM_LOC_HOST ? grant_cpu(descs, n) : n;
 }
 
-int gvm_topo_access_host(uint32_t devices, bool cpu, CUmemAccessDesc *descs)
+int gvm_topo_access(int loc, bool cpu, CUmemAccessDesc *descs)
 {
-    int n = 0;
-    for (int d = 0; d < gvm_topo.ndev; d++)
-        if (gvm_topo.dev[d].vmm && (devices >> d & 1)) grant(&descs[n++], CU_MEM_LOCATION_TYPE_DEVICE, d);
-    return cpu ? grant_cpu(descs, n) : n;
+    return gvm_topo_access_mask(loc, UINT32_MAX, cpu, descs);
 }
 
 CUresult gvm_topo_ctx(int dev, CUcontext *ctx)

@@ -34,11 +34,11 @@ struct gvm_topo {
     CUmemLocationType host_type;
     size_t gran;          /* the largest granularity of all locations */
     unsigned char peer[GVM_MAX_DEVICES][GVM_MAX_DEVICES]; /* peer[a][b]: a reaches b's memory */
-    /* host_reach[o]: the devices (bit per ordinal) granted access to the
-     * host-resident memory of allocations made on device o: o itself, and
-     * every device the program enabled peer access for from o's memory
+    /* reach[o]: the devices (bit per ordinal) granted access to the memory
+     * of allocations made on device o, wherever it lives: o itself, and
+     * every device the program enabled peer access for to o's memory
      * (core/reach.c). Read without a lock; bits are only ever added. */
-    uint32_t host_reach[GVM_MAX_DEVICES];
+    uint32_t reach[GVM_MAX_DEVICES];
     struct gvm_device dev[GVM_MAX_DEVICES];
 };
 
@@ -55,8 +55,9 @@ bool gvm_topo_reaches(int dev, int loc);
 int gvm_topo_access(int loc, bool cpu, CUmemAccessDesc *descs);
 
 /* Fills descs with access for the devices in mask (bit per ordinal) that
- * are served, plus the CPU when cpu is set: grants for host memory. */
-int gvm_topo_access_host(uint32_t devices, bool cpu, CUmemAccessDesc *descs);
+ * are served and reach memory at loc, plus the CPU when cpu is set (host
+ * locations only). Returns the count. */
+int gvm_topo_access_mask(int loc, uint32_t devices, bool cpu, CUmemAccessDesc *descs);
 
 /* The primary context of dev, retained on first use (creating it). */
 CUresult gvm_topo_ctx(int dev, CUcontext *ctx);

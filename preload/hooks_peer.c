@@ -1,10 +1,10 @@
-/* Peer access the program enables between contexts. gvmshim grants every
- * device access to its memory (cuMemSetAccess), but natively a context
+/* Peer access the program enables between contexts. Natively a context
  * reaches another device's cuMemAlloc memory only once the program enabled
  * peer access to the owning context: until then cuMemGetAddressRange
  * answers CUDA_ERROR_NOT_FOUND and the device pointer attribute has no
  * value (H200 pair, driver 580). Pointer queries (hooks_query.c) answer
- * from what is recorded here, so they read as natively. */
+ * from what is recorded here, so they read as natively; and gvmshim grants
+ * a device's memory to another device only from then on (core/reach.h). */
 #include "preload/shim.h"
 
 #include "core/log.h"
@@ -72,16 +72,16 @@ static int device_of(CUcontext ctx)
     return (int)d;
 }
 
-/* The current context's device now reaches the peer's allocations: those
- * living on host memory are granted to it (core/reach.h). */
+/* The current context's device now reaches the peer's allocations, and
+ * gvmshim grants them to it (core/reach.h). */
 static void reach(CUcontext peer)
 {
     CUdevice from = -1;
     int to = device_of(peer);
     if (GVM_REAL(cuCtxGetDevice)(&from) != CUDA_SUCCESS || from < 0 || to < 0) return;
-    CUresult rc = gvm_reach_host(to, (int)from);
+    CUresult rc = gvm_reach_enable(to, (int)from);
     if (rc != CUDA_SUCCESS)
-        gvm_warn("granting device %d the host-resident memory of device %d failed (%d)", (int)from, to, rc);
+        gvm_warn("granting device %d the memory of device %d failed (%d)", (int)from, to, rc);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)

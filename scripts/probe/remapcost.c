@@ -6,7 +6,9 @@
  *     mapped (with device access) at a staging address maps faster a second
  *     time (the driver may reuse its DMA mapping);
  *  3. what an idle cuCtxSynchronize costs (a cached region's reuse waits
- *     with one).
+ *     with one);
+ *  4. (--devices) whether host (and device 0) memory maps at a cost per
+ *     device granted.
  * Medians of 5 rounds, microseconds.
  *     cc -O2 remapcost.c -I$CUDA/include -lcuda -o remapcost */
 #include <cuda.h>
@@ -100,11 +102,19 @@ static void grow_probe(size_t size)
 /* Maps `total` bytes of host memory in pieces of `piece` at one address
  * range, with device access; `staged`: every piece is already mapped with
  * device access at a second range. Returns map+access us (median). */
+static int access_devices = 1;   /* devices granted by host_map */
+
+static int map_kind = 3;          /* prop_of kind host_map maps: 3 host, 1 device 0 */
+
 static double host_map(size_t total, size_t piece, int staged, double *unmap_us)
 {
     int n = (int)(total / piece);
-    CUmemAllocationProp p = prop_of(3);
-    CUmemAccessDesc a = dev_access();
+    CUmemAllocationProp p = prop_of(map_kind);
+    CUmemAccessDesc a[8];
+    for (int d = 0; d < access_devices; d++) {
+        a[d] = dev_access();
+        a[d].location.id = d;
+    }
     CUmemGenericAllocationHandle *h = calloc((size_t)n, sizeof *h);
     for (int k = 0; k < n; k++) CK(cuMemCreate(&h[k], piece, &p, 0));
     CUdeviceptr va, stage;
@@ -112,13 +122,13 @@ static double host_map(size_t total, size_t piece, int staged, double *unmap_us)
     CK(cuMemAddressReserve(&stage, total, 0, 0, 0));
     if (staged) {
         for (int k = 0; k < n; k++) CK(cuMemMap(stage + (size_t)k * piece, piece, 0, h[k], 0));
-        CK(cuMemSetAccess(stage, total, &a, 1));
+        CK(cuMemSetAccess(stage, total, a, (size_t)access_devices));
     }
     double t[ROUNDS], u[ROUNDS];
     for (int i = 0; i < ROUNDS; i++) {
         double t0 = now_us();
         for (int k = 0; k < n; k++) CK(cuMemMap(va + (size_t)k * piece, piece, 0, h[k], 0));
-        CK(cuMemSetAccess(va, total, &a, 1));
+        CK(cuMemSetAccess(va, total, a, (size_t)access_devices));
         double t1 = now_us();
         CK(cuMemUnmap(va, total));
         u[i] = now_us() - t1;
@@ -143,6 +153,21 @@ static void remap_probe(void)
             printf("host map 128 MiB in %3zu MiB pieces%s: map+access %6.0f us (%5.1f us/MiB) | unmap %6.0f us\n",
                    pieces[i] >> 20, staged ? ", staged" : "        ", us, us / 128, un);
         }
+}
+
+/* 4. whether mapping host memory costs per device granted (two GPUs). */
+static void devices_probe(void)
+{
+    int ndev = 0;
+    CK(cuDeviceGetCount(&ndev));
+    for (map_kind = 3; map_kind >= 1; map_kind -= 2)
+        for (access_devices = 1; access_devices <= ndev && access_devices <= 8; access_devices++) {
+            double un, us = host_map((size_t)128 << 20, (size_t)64 << 20, 0, &un);
+            printf("%s map 128 MiB in 64 MiB pieces, %d device(s) granted: map+access %6.0f us (%5.1f us/MiB) | "
+                   "unmap %6.0f us\n", map_kind == 3 ? "host    " : "device 0", access_devices, us, us / 128, un);
+        }
+    access_devices = 1;
+    map_kind = 3;
 }
 
 static void sync_probe(void)
@@ -170,6 +195,10 @@ int main(int argc, char **argv)
     int drv = 0;
     CK(cuDriverGetVersion(&drv));
     printf("%s, driver API %d\n", name, drv);
+    if (argc > 1 && !strcmp(argv[1], "--devices")) {
+        devices_probe();
+        return 0;
+    }
     grow_probe((size_t)1 << 30);
     grow_probe(grow);
     remap_probe();

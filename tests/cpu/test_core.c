@@ -31,7 +31,7 @@ static void large_alloc_lookup_free(void)
     CHECK_EQ(p % (2 * MiB), 0);
     CHECK_EQ(simcuda_location_of(p), 0);
     CHECK(simcuda_access_mask(p) & 1);
-    CHECK(simcuda_access_mask(p) & 2);         /* the peer was granted access too */
+    CHECK(!(simcuda_access_mask(p) & 2));      /* as natively: the peer only once peer access is enabled */
     CHECK_EQ(gvm_heap_free(p + 16), CUDA_ERROR_INVALID_VALUE);
     CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
     CHECK(!gvm_heap_find(p, &ref));
@@ -183,18 +183,19 @@ static void migrate_round_trip_keeps_data(void)
     CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
 }
 
-/* Host-resident memory is granted to the devices that reach it natively:
- * its own device, and devices the program enabled peer access for. Each
- * device granted makes mapping host memory cost as much again. */
+/* Memory is granted to the devices that reach it natively: its own
+ * device, and devices the program enabled peer access for. Each device
+ * granted makes mapping memory cost about as much again. */
 /* The devices granted at p (the CPU left out). */
 static int devices_of(uintptr_t p) { return simcuda_access_mask(p) & ~(int)SIMCUDA_CPU_BIT; }
 
-static void host_memory_is_granted_to_the_devices_that_reach_it(void)
+static void memory_is_granted_to_the_devices_that_reach_it(void)
 {
     start2();
     uintptr_t p = sim_alloc(8 * MiB), q = sim_alloc(8 * MiB), small = sim_alloc(4096);
     fill(p, 8 * MiB, 31);
-    CHECK_EQ(devices_of(p), 3);   /* device memory: every device reaching it */
+    CHECK_EQ(devices_of(p), 1);
+    uintptr_t on_device = sim_alloc(8 * MiB);
     CHECK_EQ(gvm_migrate((void *)p, GVM_HOST), GVM_OK);
     CHECK_EQ(gvm_migrate((void *)small, GVM_HOST), GVM_OK);
     CHECK_EQ(devices_of(p), 1);
@@ -212,11 +213,12 @@ static void host_memory_is_granted_to_the_devices_that_reach_it(void)
     CHECK_EQ(gvm_migrate((void *)q, GVM_HOST), GVM_OK);
     CHECK_EQ(gvm_heap_free(q), CUDA_SUCCESS);
     /* Device 1 enables peer access to device 0's memory. */
-    CHECK_EQ(gvm_reach_host(0, 1), CUDA_SUCCESS);
+    CHECK_EQ(gvm_reach_enable(0, 1), CUDA_SUCCESS);
     CHECK_EQ(devices_of(p), 3);
     CHECK_EQ(devices_of(p + 8 * MiB - 1), 3);
     CHECK_EQ(devices_of((uintptr_t)view), 3);
     CHECK_EQ(devices_of(small), 3);
+    CHECK_EQ(devices_of(on_device), 3);   /* device memory too */
     CHECK_EQ(simcuda_location_of(q), SIMCUDA_LOC_UNMAPPED);   /* the cached region is gone */
     uintptr_t r = sim_alloc(8 * MiB);   /* and memory that goes to host later */
     CHECK_EQ(gvm_migrate((void *)r, GVM_HOST), GVM_OK);
@@ -236,10 +238,10 @@ static void a_failed_peer_grant_is_reported(void)
     CHECK_EQ(gvm_migrate((void *)p, GVM_HOST), GVM_OK);
     CHECK_EQ(gvm_migrate((void *)q, GVM_HOST), GVM_OK);
     simcuda_fail_call("cuMemSetAccess", 1, CUDA_ERROR_OUT_OF_MEMORY);
-    CHECK_EQ(gvm_reach_host(0, 1), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(gvm_reach_enable(0, 1), CUDA_ERROR_OUT_OF_MEMORY);
     CHECK_EQ(devices_of(p) | devices_of(q), 3);   /* one of them was granted */
-    CHECK_EQ(gvm_reach_host(0, 1), CUDA_SUCCESS);                    /* once per pair */
-    CHECK_EQ(gvm_reach_host(0, GVM_MAX_DEVICES), CUDA_ERROR_INVALID_DEVICE);
+    CHECK_EQ(gvm_reach_enable(0, 1), CUDA_SUCCESS);                    /* once per pair */
+    CHECK_EQ(gvm_reach_enable(0, GVM_MAX_DEVICES), CUDA_ERROR_INVALID_DEVICE);
 }
 
 static void migrating_a_small_allocation_moves_its_chunk(void)
@@ -961,7 +963,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(out_of_memory_is_the_native_error)
     TEST_ENTRY(alloc_failure_at_every_call)
     TEST_ENTRY(migrate_round_trip_keeps_data)
-    TEST_ENTRY(host_memory_is_granted_to_the_devices_that_reach_it)
+    TEST_ENTRY(memory_is_granted_to_the_devices_that_reach_it)
     TEST_ENTRY(a_failed_peer_grant_is_reported)
     TEST_ENTRY(migrating_a_small_allocation_moves_its_chunk)
     TEST_ENTRY(migrate_without_peer_access_is_refused)

@@ -140,6 +140,46 @@ static void migrate_to_host()
     printf("     CPU read 1 GiB through the pointer: %.1f ms\n", ms);
 }
 
+/* Copies the program issues from device 1's context, without peer access,
+ * reach device 0's memory natively (the driver stages them): they must
+ * too where gvmshim granted the memory to device 0 only, on device and on
+ * host. */
+static void copies_from_another_devices_context()
+{
+    if (ndev < 2) skip("needs 2 GPUs (have %d device(s))", ndev);
+    const size_t n = 8 * MiB / 4;
+    uint32_t *p = nullptr, *q = nullptr;
+    std::vector<uint32_t> h(n);
+    CK(cudaMalloc((void **)&p, n * 4));
+    fill_words(p, n, 0, 11);
+    CK(cudaDeviceSynchronize());
+    for (int round = 0; round < 2; round++) {
+        const char *where = round ? "on host" : "on device 0";
+        if (round) CKG(gvm, gvm.migrate(p, GVM_HOST));
+        CK(cudaSetDevice(1));
+        CK(cudaMalloc((void **)&q, n * 4));
+        std::fill(h.begin(), h.end(), 0u);
+        cudaError_t e1 = cudaMemcpy(h.data(), p, n * 4, cudaMemcpyDeviceToHost);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++) bad += h[i] != word_pattern(i, 11);
+        cudaError_t e2 = cudaMemcpy(q, p, n * 4, cudaMemcpyDeviceToDevice);
+        cudaError_t e3 = cudaMemcpyPeer(q, 1, p, 0, n * 4);
+        cudaError_t e4 = cudaMemcpy(p, q, 4096, cudaMemcpyDeviceToDevice);   /* into p: same words */
+        cudaError_t e5 = cudaDeviceSynchronize();
+        (void)cudaGetLastError();
+        if (e2 == cudaSuccess && e3 == cudaSuccess) verify_words(*cnt, q, n, 0, 11, where);
+        CK(cudaFree(q));
+        CK(cudaSetDevice(0));
+        EXPECT(e1 == cudaSuccess && bad == 0, "%s: D2H from device 1's context: %s, %zu words wrong", where,
+               cudaGetErrorString(e1), bad);
+        EXPECT(e2 == cudaSuccess && e3 == cudaSuccess && e4 == cudaSuccess && e5 == cudaSuccess,
+               "%s: copies from device 1's context: D2D %s, peer %s, back %s, sync %s", where,
+               cudaGetErrorString(e2), cudaGetErrorString(e3), cudaGetErrorString(e4), cudaGetErrorString(e5));
+        verify_words(*cnt, p, n, 0, 11, where);
+    }
+    CK(cudaFree(p));
+}
+
 /* Natively a kernel on device 1 reaches device 0's cudaMalloc memory once
  * the program enabled peer access; gvmshim grants host-resident memory to
  * the devices that reach it, so that grant must follow the enable, for
@@ -447,6 +487,7 @@ int main()
     r.run("fill_1gib", fill_1gib);
     r.run("migrate_to_peer", migrate_to_peer);
     r.run("migrate_to_host", migrate_to_host);
+    r.run("copies_from_another_devices_context", copies_from_another_devices_context);
     r.run("peer_enabled_device_reads_host_memory", peer_enabled_device_reads_host_memory);
     r.run("migrate_back_to_device", migrate_back_to_device);
     r.run("graph_replay_across_moves", graph_replay_across_moves);
