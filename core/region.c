@@ -30,6 +30,7 @@ static void region_reset(struct gvm_region *r)
     GVM_STORE(r->slab, (struct gvm_slab *)NULL);
     GVM_STORE(r->home, 0);
     GVM_STORE(r->held_on, 0u);
+    GVM_STORE(r->copied_from, 0u);
     GVM_STORE(r->tag, 0);
     GVM_STORE(r->flags, 0u);
     GVM_STORE(r->spilled_at, (uint64_t)0);
@@ -122,7 +123,8 @@ static void held_on(struct gvm_region *r, int loc)
 uint32_t gvm_region_reach(const struct gvm_region *r)
 {
     if (r->kind == GVM_REGION_ALIAS && r->target) r = r->target;
-    uint32_t mask = __atomic_load_n(&gvm_topo.reach[r->device], __ATOMIC_ACQUIRE) | GVM_LOAD(r->held_on);
+    uint32_t mask = __atomic_load_n(&gvm_topo.reach[r->device], __ATOMIC_ACQUIRE) | GVM_LOAD(r->held_on) |
+                    GVM_LOAD(r->copied_from);
     int home = GVM_LOAD(r->home);
     return home >= 0 ? mask | 1u << home : mask;
 }
@@ -492,6 +494,17 @@ CUresult gvm_region_grant(struct gvm_region *r, int dev)
         }
     }
     return CUDA_SUCCESS;
+}
+
+void gvm_region_grant_copier(struct gvm_region *r, int dev)
+{
+    if (dev < 0 || dev >= gvm_topo.ndev || (gvm_region_reach(r) >> dev & 1)) return;
+    struct gvm_region *o = r->kind == GVM_REGION_ALIAS && r->target ? r->target : r;
+    /* First the bit, so that what is mapped from now on includes dev. */
+    __atomic_fetch_or(&o->copied_from, 1u << dev, __ATOMIC_ACQ_REL);
+    CUresult rc = gvm_region_grant(o, dev);
+    if (rc != CUDA_SUCCESS)
+        gvm_warn("granting device %d access to %#lx for a copy failed (%d)", dev, (unsigned long)o->base, rc);
 }
 
 int gvm_region_location(const struct gvm_region *r)

@@ -53,6 +53,7 @@ struct gvm_region {
     int home;                /* where the policy wants it (device, or host) */
     uint32_t held_on;        /* devices its memory has lived on (bit per ordinal): they keep
                                 reaching it (gvm_region_reach) */
+    uint32_t copied_from;    /* devices whose contexts copied it (gvm_region_grant_copier) */
     CUcontext ctx;           /* the context current at allocation */
     struct gvm_block *blocks;
     int nblocks, cap_blocks;
@@ -176,8 +177,15 @@ CUresult gvm_region_grant_cpu(struct gvm_region *r, int i);
 uint32_t gvm_region_reach(const struct gvm_region *r);
 
 /* Grants dev access to r's blocks (those at locations dev reaches), in
- * every view. The caller holds r->op. */
+ * every view. The caller holds r->op, or has r announced (core/move.h). */
 CUresult gvm_region_grant(struct gvm_region *r, int dev);
+
+/* A copy or set the program issues from a context on device dev touches
+ * r. Natively the driver serves such a call whatever device owns the
+ * memory; with VMM memory it refuses one from a device not granted the
+ * mapping (CUDA_ERROR_INVALID_VALUE, H200 pair), so dev is granted r from
+ * now on. The caller has r announced. */
+void gvm_region_grant_copier(struct gvm_region *r, int dev);
 
 /* Where r's memory lives: a device, GVM_LOC_HOST, GVM_LOC_MIXED, or
  * GVM_LOC_NONE when nothing is mapped. */

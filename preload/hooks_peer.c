@@ -84,6 +84,24 @@ static void reach(CUcontext peer)
         gvm_warn("granting device %d the memory of device %d failed (%d)", (int)from, to, rc);
 }
 
+/* The current context's device, remembered per thread for the context it
+ * was asked for: the copy hooks ask on every call. */
+static __thread CUcontext known_ctx;
+static __thread int known_dev = -1;
+
+void gvm_shim_grant_copier(struct gvm_region *r)
+{
+    CUcontext c = NULL;
+    if (GVM_REAL(cuCtxGetCurrent)(&c) != CUDA_SUCCESS || !c) return;
+    if (c != known_ctx) {
+        CUdevice d = -1;
+        if (GVM_REAL(cuCtxGetDevice)(&d) != CUDA_SUCCESS) return;
+        known_ctx = c;
+        known_dev = (int)d;
+    }
+    if (!(gvm_region_reach(r) >> known_dev & 1)) gvm_region_grant_copier(r, known_dev);
+}
+
 GVM_EXPORT CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
 {
     gvm_hook_count(GVM_FN_cuCtxEnablePeerAccess);

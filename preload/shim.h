@@ -60,6 +60,10 @@ static inline void gvm_hook_count(enum gvm_driver_fn fn)
     gvm_stat_local_inc(calls[fn]);
 }
 
+/* With several devices: grants r to the current context's device if it
+ * has no access yet (core/region.h, gvm_region_grant_copier). */
+void gvm_shim_grant_copier(struct gvm_region *r);
+
 /* Announces use of memory at p for the duration of a call; NULL if p is not
  * gvmshim's. Host-side arguments [p, p+n) also get CPU access where they
  * are host-resident. */
@@ -87,6 +91,7 @@ static inline struct gvm_region *gvm_shim_use_span(uintptr_t p, size_t n, bool *
     }
     if (!r || r == held) return NULL;
     gvm_use_region_in(r, tick);
+    if (__builtin_expect(gvm_topo.ndev > 1, 0)) gvm_shim_grant_copier(r);
     return r;
 }
 

@@ -302,6 +302,31 @@ static void cached_memory_counts_as_free(void)
     CHECK_EQ(f1, f0);
 }
 
+/* A copy issued from another device's context, without peer access: the
+ * driver serves it for cudaMalloc memory, but refuses one on VMM memory
+ * that device was not granted; gvmshim grants it on the copy. */
+static void copies_from_another_devices_context_are_served(void)
+{
+    start();
+    CUdeviceptr p;
+    char in[64] = "from device 0", out[64] = {0};
+    CHECK_EQ(D(cuMemAlloc_v2, &p, 8 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemcpyHtoD_v2, p + 4 * MiB, in, sizeof in), CUDA_SUCCESS);
+    CUcontext ctx1;
+    CHECK_EQ(D(cuDevicePrimaryCtxRetain, &ctx1, 1), CUDA_SUCCESS);
+    CHECK_EQ(D(cuCtxSetCurrent, ctx1), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemcpyDtoH_v2, out, p + 4 * MiB, sizeof out), CUDA_SUCCESS);
+    CHECK(!strcmp(out, in));
+    gvm_status (*migrate)(const void *, int) = (gvm_status(*)(const void *, int))dlsym(RTLD_DEFAULT, "gvm_migrate");
+    CHECK(migrate != NULL);
+    CHECK_EQ(migrate((void *)p, GVM_HOST), GVM_OK);   /* and on host */
+    memset(out, 0, sizeof out);
+    CHECK_EQ(D(cuMemcpyDtoH_v2, out, p + 4 * MiB, sizeof out), CUDA_SUCCESS);
+    CHECK(!strcmp(out, in));
+    CHECK_EQ(D(cuCtxSetCurrent, ctx0), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFree_v2, p), CUDA_SUCCESS);
+}
+
 struct copier {
     CUdeviceptr p;
     int id, errors;
@@ -842,6 +867,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(linked_program_first_call_is_not_an_allocation)
     TEST_ENTRY(no_context_is_the_native_error)
     TEST_ENTRY(cached_memory_counts_as_free)
+    TEST_ENTRY(copies_from_another_devices_context_are_served)
     TEST_ENTRY(copies_during_migrations_lose_nothing)
     TEST_ENTRY(first_allocations_from_many_threads)
     TEST_ENTRY(launches_are_scanned_when_spilling)

@@ -6,12 +6,18 @@
 
 #include <string.h>
 
+/* The device whose context issues the copy under way on this thread, -1
+ * when none is known (graph replays): like the real driver (H200 pair),
+ * the sim refuses a copy of VMM memory whose mapping that device was not
+ * granted, while a cuMemAlloc buffer is copied from any context. */
+static __thread int copy_dev = -1;
+
 /* One end of a copy, resolved to memory the sim may touch. */
 static CUresult sim_resolve(uintptr_t p, int kind, size_t span, char **out)
 {
     if (kind == SIM_UNIFIED)
         kind = sim_is_dev_addr(p) ? SIM_DEVMEM : SIM_HOSTMEM;
-    if (kind == SIM_DEVMEM ? !sim_dev_span_ok(p, span) : p == 0)
+    if (kind == SIM_DEVMEM ? !sim_dev_span_ok_for(p, span, copy_dev) : p == 0)
         return CUDA_ERROR_INVALID_VALUE;
     *out = kind == SIM_DEVMEM ? sim_dev_view(p, span) : (char *)p;
     return CUDA_SUCCESS;
@@ -32,23 +38,33 @@ CUresult sim_copy_1d(uintptr_t dst, int dkind, uintptr_t src, int skind, size_t 
 
 /* Synchronous copies run in the current context; asynchronous ones in
  * their stream's. */
+static CUresult sim_copy_as(int dev, uintptr_t dst, int dkind, uintptr_t src, int skind, size_t n)
+{
+    copy_dev = dev;
+    CUresult rc = sim_copy_1d(dst, dkind, src, skind, n);
+    copy_dev = -1;
+    return rc;
+}
+
 static CUresult sim_copy_sync(uintptr_t dst, int dkind, uintptr_t src, int skind, size_t n)
 {
-    CUresult rc = sim_need_ctx(NULL);
+    int dev = -1;
+    CUresult rc = sim_need_ctx(&dev);
     if (rc == CUDA_SUCCESS)
         rc = sim_capture_unsafe();
-    return rc != CUDA_SUCCESS ? rc : sim_copy_1d(dst, dkind, src, skind, n);
+    return rc != CUDA_SUCCESS ? rc : sim_copy_as(dev, dst, dkind, src, skind, n);
 }
 
 static CUresult sim_copy_async(uintptr_t dst, int dkind, uintptr_t src, int skind, size_t n,
                                CUstream s)
 {
-    CUresult rc = sim_stream_dev(s, NULL);
+    int dev = -1;
+    CUresult rc = sim_stream_dev(s, &dev);
     struct sim_node node = {.kind = SIM_NODE_COPY, .dst = dst, .dkind = dkind, .src = src,
                             .skind = skind, .n = n};
     if (rc == CUDA_SUCCESS && sim_capture_add(s, &node, &rc))
         return rc;
-    return rc != CUDA_SUCCESS ? rc : sim_copy_1d(dst, dkind, src, skind, n);
+    return rc != CUDA_SUCCESS ? rc : sim_copy_as(dev, dst, dkind, src, skind, n);
 }
 
 /* ---- linear copies ---------------------------------------------------- */

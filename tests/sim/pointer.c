@@ -7,8 +7,11 @@
 
 #define SIM_DEV_BITS (~SIMCUDA_CPU_BIT)
 
-int sim_dev_span_ok(uintptr_t p, size_t n)
+int sim_dev_span_ok(uintptr_t p, size_t n) { return sim_dev_span_ok_for(p, n, -1); }
+
+int sim_dev_span_ok_for(uintptr_t p, size_t n, int dev)
 {
+    unsigned want = dev >= 0 ? 1u << dev : SIM_DEV_BITS;
     if (p + n < p)
         return 0;
     struct sim_native *nat = sim_native_at(p);
@@ -16,8 +19,8 @@ int sim_dev_span_ok(uintptr_t p, size_t n)
         return n <= nat->size - (p - nat->base);
     for (uintptr_t at = p; at < p + n;) {
         struct sim_map *m = sim_map_at(at);
-        if (!m || !(m->mask & SIM_DEV_BITS))
-            return 0; /* a hole, or a mapping no device was given access to */
+        if (!m || !(m->mask & want))
+            return 0; /* a hole, or a mapping the device was not given access to */
         at = m->base + m->size;
     }
     return 1;

@@ -331,6 +331,10 @@ static void test_vmm_alias(void)
     __asm__ volatile("" ::: "memory");
     CHECK(memcmp((void *)(b + 100), msg, sizeof msg) == 0);
     CU_OK(cuMemcpyHtoD_v2(a + 2 * MiB - 8, "01234567", 8));
+    /* A copy from device 0's context of a mapping only device 1 was
+     * granted is refused, as by the real driver (H200 pair). */
+    CHECK_RC(cuMemcpyDtoH_v2(back, b + 2 * MiB - 8, 8), CUDA_ERROR_INVALID_VALUE);
+    grant(b, 2 * MiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, CU_MEM_ACCESS_FLAGS_PROT_READ, CUDA_SUCCESS);
     CU_OK(cuMemcpyDtoH_v2(back, b + 2 * MiB - 8, 8));
     CHECK(memcmp(back, "01234567", 8) == 0);
     /* The hole between the mappings is not device memory. */
@@ -678,6 +682,8 @@ static void test_copies(void)
 
     /* Peer copy into VMM memory on device 1, then 1-D variants. */
     CUdeviceptr v = vmm_alloc(1, 2 * MiB, &h);
+    /* The copies below run in device 0's context: it needs the grant. */
+    grant(v, 2 * MiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE, CUDA_SUCCESS);
     CU_OK(cuMemcpyPeer(v, c0, e, c0, 512));
     CHECK(((unsigned char *)v)[511] == 255);
     CHECK_RC(cuMemcpyPeer(v, NULL, e, c0, 1), CUDA_ERROR_INVALID_CONTEXT);

@@ -179,6 +179,8 @@ void sim_vmm_reset(void);
 /* True when [p, p+n) is memory a kernel may touch: one native allocation,
  * or adjacent mappings that each grant access to some device. */
 int sim_dev_span_ok(uintptr_t p, size_t n);
+/* The same for a copy device dev issues (-1: any device will do). */
+int sim_dev_span_ok_for(uintptr_t p, size_t n, int dev);
 /* True when p lies in memory the driver owns (native or reserved VA). */
 int sim_is_dev_addr(uintptr_t p);
 /* Where the sim's "device" reads and writes [p, p+n): a second mapping of
