@@ -36,6 +36,7 @@ static inline void count_pass(struct gvm_region *a, struct gvm_region *b)
         if (!bad_) {                                                           \
             count_pass(a_, b_);                                                \
             rc_ = GVM_REAL(fn) args;                                           \
+            if (gvm_shim_granted_on_refusal(rc_, a_, b_)) rc_ = GVM_REAL(fn) args; \
         }                                                                      \
         gvm_use_end(a_);                                                       \
         gvm_use_end(b_);                                                       \
@@ -156,6 +157,7 @@ static struct gvm_region *use_side(const struct side *s, size_t w, size_t h, siz
         if (!bad_) {                                                           \
             count_pass(a_, b_);                                                \
             rc_ = GVM_REAL(fn) args;                                           \
+            if (gvm_shim_granted_on_refusal(rc_, a_, b_)) rc_ = GVM_REAL(fn) args; \
         }                                                                      \
         gvm_use_end(a_);                                                       \
         gvm_use_end(b_);                                                       \
@@ -253,6 +255,7 @@ static inline size_t set_span(size_t pitch, size_t w, size_t elem, size_t h)
         if (bad_) return CUDA_ERROR_INVALID_VALUE;                             \
         count_pass(a_, NULL);                                                  \
         CUresult rc_ = GVM_REAL(fn) args;                                      \
+        if (gvm_shim_granted_on_refusal(rc_, a_, NULL)) rc_ = GVM_REAL(fn) args; \
         gvm_use_end(a_);                                                       \
         return rc_;                                                            \
     }

@@ -85,21 +85,23 @@ static void reach(CUcontext peer)
 }
 
 /* The current context's device, remembered per thread for the context it
- * was asked for: the copy hooks ask on every call. */
+ * was asked for. */
 static __thread CUcontext known_ctx;
 static __thread int known_dev = -1;
 
-void gvm_shim_grant_copier(struct gvm_region *r)
+bool gvm_shim_grant_copier(struct gvm_region *r)
 {
     CUcontext c = NULL;
-    if (GVM_REAL(cuCtxGetCurrent)(&c) != CUDA_SUCCESS || !c) return;
+    if (!r || GVM_REAL(cuCtxGetCurrent)(&c) != CUDA_SUCCESS || !c) return false;
     if (c != known_ctx) {
         CUdevice d = -1;
-        if (GVM_REAL(cuCtxGetDevice)(&d) != CUDA_SUCCESS) return;
+        if (GVM_REAL(cuCtxGetDevice)(&d) != CUDA_SUCCESS) return false;
         known_ctx = c;
         known_dev = (int)d;
     }
-    if (!(gvm_region_reach(r) >> known_dev & 1)) gvm_region_grant_copier(r, known_dev);
+    if (gvm_region_reach(r) >> known_dev & 1) return false;
+    gvm_region_grant_copier(r, known_dev);
+    return true;
 }
 
 GVM_EXPORT CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
