@@ -214,6 +214,10 @@ static CUresult batch(enum gvm_driver_fn fn, __typeof__(cuMemcpyBatchAsync_v2) *
         for (size_t i = 0; i < n; i++) ours |= used[i] != NULL;
         if (!ours) gvm_stat_local_inc(passthrough_calls);
         rc = real(dsts, srcs, sizes, count, attrs, idxs, nattrs, s);
+        bool again = false;
+        for (size_t i = 0; i < n && rc == CUDA_ERROR_INVALID_VALUE && gvm_topo.ndev > 1; i++)
+            again |= gvm_shim_granted_on_refusal(rc, used[i], NULL);
+        if (again) rc = real(dsts, srcs, sizes, count, attrs, idxs, nattrs, s);
     }
     end_all(used, n);
     if (used != stack) free(used);
