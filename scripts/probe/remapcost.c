@@ -8,14 +8,18 @@
  *  3. what an idle cuCtxSynchronize costs (a cached region's reuse waits
  *     with one);
  *  4. (--devices) whether host (and device 0) memory maps at a cost per
- *     device granted.
+ *     device granted;
+ *  5. (--lanes) what a spill swap's two remaps cost alone, at once on two
+ *     threads (does the driver serialize them?), and while a copy runs on
+ *     the same device (does a remap wait for it, or slow it down?).
  * Medians of 5 rounds, microseconds.
- *     cc -O2 remapcost.c -I$CUDA/include -lcuda -o remapcost */
+ *     cc -O2 remapcost.c -I$CUDA/include -lcuda -lpthread -o remapcost */
 #include <cuda.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <pthread.h>
 
 #define CK(x) do { CUresult r_ = (x); if (r_) { const char *s = "?"; cuGetErrorString(r_, &s); \
     printf("FAIL %s -> %d %s (line %d)\n", #x, r_, s, __LINE__); exit(1); } } while (0)
@@ -170,6 +174,123 @@ static void devices_probe(void)
     map_kind = 3;
 }
 
+/* ---- 5. lanes ---------------------------------------------------------- */
+
+struct lane_job {
+    CUcontext ctx;
+    CUdeviceptr va;
+    CUmemGenericAllocationHandle h[2];
+    size_t piece;
+    pthread_barrier_t *start;
+    double us;
+};
+
+/* Maps both pieces at va, grants device 0, unmaps: one remap of a swap's
+ * lane (the unmap is outside the time). */
+static double lane_map(struct lane_job *j)
+{
+    CUmemAccessDesc a = dev_access();
+    double t0 = now_us();
+    for (int k = 0; k < 2; k++) CK(cuMemMap(j->va + (size_t)k * j->piece, j->piece, 0, j->h[k], 0));
+    CK(cuMemSetAccess(j->va, 2 * j->piece, &a, 1));
+    double us = now_us() - t0;
+    CK(cuMemUnmap(j->va, 2 * j->piece));
+    return us;
+}
+
+static void *lane_thread(void *arg)
+{
+    struct lane_job *j = arg;
+    CK(cuCtxSetCurrent(j->ctx));
+    if (j->start) pthread_barrier_wait(j->start);
+    j->us = lane_map(j);
+    return NULL;
+}
+
+static void lane_setup(struct lane_job *j, int kind, size_t piece, CUcontext ctx)
+{
+    CUmemAllocationProp p = prop_of(kind);
+    memset(j, 0, sizeof *j);
+    j->ctx = ctx;
+    j->piece = piece;
+    for (int k = 0; k < 2; k++) CK(cuMemCreate(&j->h[k], piece, &p, 0));
+    CK(cuMemAddressReserve(&j->va, 2 * piece, 0, 0, 0));
+}
+
+static void lane_free(struct lane_job *j)
+{
+    for (int k = 0; k < 2; k++) CK(cuMemRelease(j->h[k]));
+    CK(cuMemAddressFree(j->va, 2 * j->piece));
+}
+
+static void lanes_probe(void)
+{
+    const size_t piece = (size_t)64 << 20, big = (size_t)1 << 30;
+    CUcontext ctx;
+    CK(cuCtxGetCurrent(&ctx));
+    struct lane_job host, dev;
+    lane_setup(&host, 3, piece, ctx);
+    lane_setup(&dev, 0, piece, ctx);
+    double h_alone[ROUNDS], d_alone[ROUNDS], h_both[ROUNDS], d_both[ROUNDS], wall[ROUNDS];
+    for (int i = 0; i < ROUNDS; i++) {
+        h_alone[i] = lane_map(&host);
+        d_alone[i] = lane_map(&dev);
+    }
+    for (int i = 0; i < ROUNDS; i++) {
+        pthread_barrier_t b;
+        pthread_barrier_init(&b, NULL, 3);
+        host.start = dev.start = &b;
+        pthread_t t1, t2;
+        pthread_create(&t1, NULL, lane_thread, &host);
+        pthread_create(&t2, NULL, lane_thread, &dev);
+        pthread_barrier_wait(&b);
+        double t0 = now_us();
+        pthread_join(t1, NULL);
+        pthread_join(t2, NULL);
+        wall[i] = now_us() - t0;
+        h_both[i] = host.us, d_both[i] = dev.us;
+        pthread_barrier_destroy(&b);
+    }
+    printf("lanes: host map 128 MiB alone %6.0f us, device map 128 MiB alone %6.0f us\n", median(h_alone, ROUNDS),
+           median(d_alone, ROUNDS));
+    printf("lanes: both at once on two threads: host %6.0f us, device %6.0f us, wall %6.0f us\n",
+           median(h_both, ROUNDS), median(d_both, ROUNDS), median(wall, ROUNDS));
+
+    /* A 1 GiB copy device -> pinned host on a stream, with and without the
+     * host remap running beside it on this thread. */
+    CUdeviceptr src;
+    void *dst;
+    CUstream s;
+    CUevent e0, e1;
+    CK(cuMemAlloc(&src, big));
+    CK(cuMemAllocHost(&dst, big));
+    CK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CK(cuEventCreate(&e0, CU_EVENT_DEFAULT));
+    CK(cuEventCreate(&e1, CU_EVENT_DEFAULT));
+    double c_alone[ROUNDS], c_with[ROUNDS], m_with[ROUNDS];
+    for (int i = 0; i < ROUNDS; i++) {
+        for (int with = 0; with < 2; with++) {
+            CK(cuEventRecord(e0, s));
+            CK(cuMemcpyDtoHAsync(dst, src, big, s));
+            CK(cuEventRecord(e1, s));
+            if (with) m_with[i] = lane_map(&host);
+            CK(cuEventSynchronize(e1));
+            float ms = 0;
+            CK(cuEventElapsedTime(&ms, e0, e1));
+            (with ? c_with : c_alone)[i] = ms * 1e3;
+        }
+    }
+    printf("lanes: 1 GiB D2H copy alone %6.0f us; with a host map beside it: copy %6.0f us, map %6.0f us\n",
+           median(c_alone, ROUNDS), median(c_with, ROUNDS), median(m_with, ROUNDS));
+    CK(cuEventDestroy(e0));
+    CK(cuEventDestroy(e1));
+    CK(cuStreamDestroy(s));
+    CK(cuMemFreeHost(dst));
+    CK(cuMemFree(src));
+    lane_free(&host);
+    lane_free(&dev);
+}
+
 static void sync_probe(void)
 {
     double t[ROUNDS];
@@ -197,6 +318,10 @@ int main(int argc, char **argv)
     printf("%s, driver API %d\n", name, drv);
     if (argc > 1 && !strcmp(argv[1], "--devices")) {
         devices_probe();
+        return 0;
+    }
+    if (argc > 1 && !strcmp(argv[1], "--lanes")) {
+        lanes_probe();
         return 0;
     }
     grow_probe((size_t)1 << 30);
