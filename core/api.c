@@ -67,6 +67,8 @@ GVM_EXPORT gvm_status gvm_migrate(const void *ptr, int location)
     st = check_location(r, location);
     if (!st && (r->flags & GVM_RF_SHARED)) st = GVM_ERR_BUSY;   /* other processes map it (share.h) */
     if (!st) {
+        /* The program moves it there to use it there, from then on. */
+        if (location >= 0) gvm_region_keep_reach(r, location);
         CUresult rc = gvm_relocate_locked(r, location, GVM_RELOC_EXPLICIT);
         st = rc == CUDA_ERROR_NOT_PERMITTED ? GVM_ERR_BUSY   /* paused */
              : rc == CUDA_ERROR_NOT_FOUND   ? GVM_ERR_UNKNOWN_POINTER

@@ -296,7 +296,7 @@ static int copy_device(int src, int dst);
  * it. Mapping device memory costs tens of microseconds; a host source
  * without a staging mapping (placed on host at allocation) would cost what
  * the overlap saves, so its group keeps the order copy, wait, remap, as
- * long as the copying device reaches the region. Staging mappings are
+ * long as the copying device is the region's own. Staging mappings are
  * granted to the device whose copy engine uses them. */
 static CUresult stage_sources(struct gvm_region *r, struct plan *p)
 {
@@ -312,7 +312,9 @@ static CUresult stage_sources(struct gvm_region *r, struct plan *p)
         for (int i = g->b0; i < g->b1 && g->early && rc == CUDA_SUCCESS; i++) {
             struct gvm_phys *s = r->blocks[i].phys;
             bool had = s->staging != 0;
-            if (!had && s->loc == GVM_LOC_HOST && (gvm_region_reach(r) >> dev & 1)) {
+            /* Every mapping of r is granted to its own device; others may
+             * have been granted since the host memory was mapped. */
+            if (!had && s->loc == GVM_LOC_HOST && dev == r->device) {
                 g->early = false;
                 continue;
             }

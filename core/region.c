@@ -115,9 +115,9 @@ static bool cpu_wanted(const struct gvm_block *b, int loc)
     return gvm_settings.host_access == GVM_HOST_ACCESS_EAGER || b->cpu;
 }
 
-static void held_on(struct gvm_region *r, int loc)
+void gvm_region_keep_reach(struct gvm_region *r, int dev)
 {
-    if (loc >= 0) __atomic_fetch_or(&r->held_on, 1u << loc, __ATOMIC_RELEASE);
+    if (dev >= 0 && dev < GVM_MAX_DEVICES) __atomic_fetch_or(&r->held_on, 1u << dev, __ATOMIC_RELEASE);
 }
 
 uint32_t gvm_region_reach(const struct gvm_region *r)
@@ -284,7 +284,6 @@ CUresult gvm_region_grow_by(struct gvm_region *r, size_t len, int loc, size_t ca
         return rc;
     }
     for (int i = first; i < r->nblocks; i++) gvm_stats_resident(loc, (int64_t)r->blocks[i].size);
-    held_on(r, loc);
     GVM_STORE(r->mapped, end);
     gvm_debug("grow of %#lx by %zu bytes at %d: %d piece(s), get %.0f, map %.0f, access %.0f, all %.0f us",
               (unsigned long)r->base, len, loc, r->nblocks - first, t_get, t_map, grow_us() - t3, grow_us() - t0);
@@ -297,6 +296,9 @@ CUresult gvm_region_grow_striped(struct gvm_region *r, size_t len, uint64_t devi
     for (int d = 0; d < gvm_topo.ndev; d++)
         if ((devices >> d & 1) && gvm_topo.dev[d].vmm) devs[ndevs++] = d;
     if (!ndevs) return CUDA_ERROR_INVALID_VALUE;
+    /* Memory spread over devices is used from each of them: every stripe
+     * is granted to all (gvm_region_reach), from the first piece on. */
+    for (int i = 0; i < ndevs; i++) gvm_region_keep_reach(r, devs[i]);
     int first = r->nblocks;
     size_t unit = gvm_topo.gran, start = r->mapped;
     CUresult rc = CUDA_SUCCESS;
@@ -312,10 +314,7 @@ CUresult gvm_region_grow_striped(struct gvm_region *r, size_t len, uint64_t devi
         drop_new_blocks(r, first);
         return rc;
     }
-    for (int i = first; i < r->nblocks; i++) {
-        gvm_stats_resident(r->blocks[i].phys->loc, (int64_t)unit);
-        held_on(r, r->blocks[i].phys->loc);
-    }
+    for (int i = first; i < r->nblocks; i++) gvm_stats_resident(r->blocks[i].phys->loc, (int64_t)unit);
     GVM_STORE(r->mapped, start + len);
     return CUDA_SUCCESS;
 }
@@ -404,7 +403,6 @@ CUresult gvm_region_respan(struct gvm_region *r, size_t off, size_t len, struct 
     }
     gvm_stats_resident(from[0]->loc, -(int64_t)len);
     gvm_stats_resident(to[0]->loc, (int64_t)len);
-    held_on(r, to[0]->loc);
     return CUDA_SUCCESS;
 }
 
@@ -457,7 +455,6 @@ CUresult gvm_region_map_block(struct gvm_region *r, int i, struct gvm_phys *np)
         }
     }
     gvm_stats_resident(np->loc, (int64_t)b->size);
-    held_on(r, np->loc);
     b->phys = np;
     b->cpu = cpu;
     return CUDA_SUCCESS;

@@ -51,8 +51,8 @@ struct gvm_region {
     int kind, state;
     int device;              /* the device the program allocated on */
     int home;                /* where the policy wants it (device, or host) */
-    uint32_t held_on;        /* devices its memory has lived on (bit per ordinal): they keep
-                                reaching it (gvm_region_reach) */
+    uint32_t held_on;        /* devices the program put its memory on (bit per ordinal: a
+                                gvm_migrate there, interleaving): they keep reaching it */
     uint32_t copied_from;    /* devices whose contexts copied it (gvm_region_grant_copier) */
     CUcontext ctx;           /* the context current at allocation */
     struct gvm_block *blocks;
@@ -171,10 +171,15 @@ CUresult gvm_region_grant_cpu(struct gvm_region *r, int i);
 
 /* The devices (bit per ordinal) its memory is granted to, besides the
  * device holding it: those reaching its device's memory (gvm_topo.reach),
- * the device it belongs on, and every device its memory lived on (a
- * program that moved it to a peer uses it there). Of an alias: its
- * target's. */
+ * the device it belongs on, the devices the program put it on (a program
+ * that moved it to a peer uses it there; the policy's spills to a peer
+ * add nothing: only the owning device uses that memory), and the devices
+ * whose contexts copied it. Of an alias: its target's. */
 uint32_t gvm_region_reach(const struct gvm_region *r);
+
+/* dev keeps reaching r wherever its memory goes (gvm_migrate to dev,
+ * memory interleaved over dev). Takes effect for mappings made after. */
+void gvm_region_keep_reach(struct gvm_region *r, int dev);
 
 /* Grants dev access to r's blocks (those at locations dev reaches), in
  * every view. The caller holds r->op, or has r announced (core/move.h). */

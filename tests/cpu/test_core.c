@@ -230,6 +230,26 @@ static void memory_is_granted_to_the_devices_that_reach_it(void)
     CHECK_EQ(devices_of(d1), 2);
 }
 
+/* Memory placed on host when it was allocated has no staging mapping, and
+ * its mapping is granted to its own device only: a move to a peer, whose
+ * copy engine reads it, must not rely on that mapping. */
+static void host_memory_of_device_0_moves_to_device_1(void)
+{
+    start2();
+    struct gvm_place on_host = {.loc = GVM_LOC_HOST};
+    uintptr_t q = 0;
+    CHECK_EQ(gvm_heap_alloc(8 * MiB, 0, current_ctx(), &on_host, 0, &q), CUDA_SUCCESS);
+    fill(q, 8 * MiB, 41);
+    CHECK_EQ(devices_of(q), 1);
+    CHECK_EQ(gvm_migrate((void *)q, 1), GVM_OK);
+    CHECK_EQ(simcuda_location_of(q), 1);
+    CHECK_EQ(devices_of(q), 3);   /* device 1 holds it, device 0 owns it */
+    CHECK(intact(q, 8 * MiB, 41));
+    CHECK_EQ(gvm_migrate((void *)q, GVM_HOST), GVM_OK);
+    CHECK_EQ(devices_of(q), 3);   /* moved to device 1 by the program: it keeps reaching it */
+    CHECK(intact(q, 8 * MiB, 41));
+}
+
 /* A grant that fails is reported; the ones after it are still made. */
 static void a_failed_peer_grant_is_reported(void)
 {
@@ -538,12 +558,16 @@ static void striped_allocation_spans_devices(void)
     CHECK_EQ(simcuda_location_of(p), 0);
     CHECK_EQ(simcuda_location_of(p + 2 * MiB), 1);
     CHECK_EQ(simcuda_location_of(p + 4 * MiB), 0);
+    /* Used from every device it spans: each stripe is granted to both. */
+    CHECK_EQ(simcuda_access_mask(p) & 3, 3);
+    CHECK_EQ(simcuda_access_mask(p + 2 * MiB) & 3, 3);
     fill(p, 16 * MiB, 8);
     gvm_info info;
     CHECK_EQ(gvm_query((void *)p, &info), GVM_OK);
     CHECK_EQ(info.location, GVM_MIXED);
     CHECK_EQ(gvm_migrate((void *)p, GVM_HOST), GVM_OK);
     CHECK(intact(p, 16 * MiB, 8));
+    CHECK_EQ(simcuda_access_mask(p + 2 * MiB) & 3, 3);
     CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
 }
 
@@ -964,6 +988,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(alloc_failure_at_every_call)
     TEST_ENTRY(migrate_round_trip_keeps_data)
     TEST_ENTRY(memory_is_granted_to_the_devices_that_reach_it)
+    TEST_ENTRY(host_memory_of_device_0_moves_to_device_1)
     TEST_ENTRY(a_failed_peer_grant_is_reported)
     TEST_ENTRY(migrating_a_small_allocation_moves_its_chunk)
     TEST_ENTRY(migrate_without_peer_access_is_refused)
