@@ -186,14 +186,6 @@ void gvm_use_regions(struct gvm_region *const *r, int n)
 }
 
 static unsigned moves_active, gate_users;
-static uint64_t last_move_end_ns;   /* CLOCK_MONOTONIC */
-
-static uint64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 void gvm_move_gate_enter(void)
 {
@@ -207,17 +199,11 @@ void gvm_move_gate_enter(void)
 
 bool gvm_move_under_way(void) { return __atomic_load_n(&moves_active, __ATOMIC_RELAXED) != 0; }
 
-uint64_t gvm_move_idle_ns(void)
-{
-    if (gvm_move_under_way()) return 0;
-    uint64_t end = __atomic_load_n(&last_move_end_ns, __ATOMIC_RELAXED), now = mono_ns();
-    return now > end ? now - end : 0;
-}
-
 void gvm_move_gate_leave(void) { __atomic_fetch_sub(&gate_users, 1, __ATOMIC_SEQ_CST); }
 
 void gvm_move_enter(struct gvm_region *r)
 {
+    gvm_phys_moves(1);
     __atomic_fetch_add(&moves_active, 1, __ATOMIC_SEQ_CST);
     while (__atomic_load_n(&gate_users, __ATOMIC_SEQ_CST)) sched_yield();
     __atomic_store_n(&r->moving, 1, __ATOMIC_SEQ_CST);
@@ -226,6 +212,7 @@ void gvm_move_enter(struct gvm_region *r)
 
 bool gvm_move_try_enter(struct gvm_region *r)
 {
+    gvm_phys_moves(1);
     __atomic_fetch_add(&moves_active, 1, __ATOMIC_SEQ_CST);
     if (!__atomic_load_n(&gate_users, __ATOMIC_SEQ_CST)) {
         __atomic_store_n(&r->moving, 1, __ATOMIC_SEQ_CST);
@@ -233,14 +220,15 @@ bool gvm_move_try_enter(struct gvm_region *r)
         __atomic_store_n(&r->moving, 0, __ATOMIC_SEQ_CST);
     }
     __atomic_fetch_sub(&moves_active, 1, __ATOMIC_SEQ_CST);
+    gvm_phys_moves(-1);
     return false;
 }
 
 void gvm_move_leave(struct gvm_region *r)
 {
-    __atomic_store_n(&last_move_end_ns, mono_ns(), __ATOMIC_RELAXED);
     __atomic_store_n(&r->moving, 0, __ATOMIC_SEQ_CST);
     __atomic_fetch_sub(&moves_active, 1, __ATOMIC_SEQ_CST);
+    gvm_phys_moves(-1);
 }
 
 /* A move copies and remaps in groups: a run of adjacent pieces at one

@@ -46,14 +46,8 @@ void gvm_use_end(struct gvm_region *r);
 void gvm_move_gate_enter(void);
 void gvm_move_gate_leave(void);
 
-/* Whether any move is under way. Background work that holds the driver
- * for long (filling the host pool) steps aside meanwhile (core/phys.c). */
+/* Whether any move is under way. */
 bool gvm_move_under_way(void);
-
-/* Nanoseconds since the last move ended; 0 while one runs. Moves come in
- * bursts (a swap, a pause, a user's loop), so background driver work
- * waits for a quiet stretch, not only for the current move. */
-uint64_t gvm_move_idle_ns(void);
 
 /* True while this thread trims idle memory to make room for a move: a
  * chunk being moved must then not be waited for (core/slab.c). */

@@ -4,7 +4,6 @@
 #include "core/held.h"
 #include "core/core.h"
 #include "core/log.h"
-#include "core/move.h"
 #include "core/settings.h"
 #include "core/topo.h"
 
@@ -386,10 +385,34 @@ static void fill_deliver(struct pool *pl, struct gvm_phys *p, size_t piece)
  * steps aside while moves run and for a quiet stretch after the last one
  * (between pieces: the piece under way is finished first). A program that
  * keeps moving (a spill loop) needs no fill: its swaps recycle the pool. */
+static int moves_running;
+static uint64_t last_move_end_ns;   /* CLOCK_MONOTONIC */
+
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+void gvm_phys_moves(int delta)
+{
+    if (delta < 0) __atomic_store_n(&last_move_end_ns, mono_ns(), __ATOMIC_RELAXED);
+    __atomic_fetch_add(&moves_running, delta, __ATOMIC_SEQ_CST);
+}
+
+/* Nanoseconds since the last move ended; 0 while one runs. */
+static uint64_t moves_idle_ns(void)
+{
+    if (__atomic_load_n(&moves_running, __ATOMIC_SEQ_CST)) return 0;
+    uint64_t end = __atomic_load_n(&last_move_end_ns, __ATOMIC_RELAXED), now = mono_ns();
+    return now > end ? now - end : 0;
+}
+
 static void fill_yield(void)
 {
     struct timespec pause = {0, 1000000};
-    while (gvm_move_idle_ns() < FILL_QUIET_NS && !__atomic_load_n(&fill_stop, __ATOMIC_RELAXED))
+    while (moves_idle_ns() < FILL_QUIET_NS && !__atomic_load_n(&fill_stop, __ATOMIC_RELAXED))
         nanosleep(&pause, NULL);
 }
 

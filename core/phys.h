@@ -95,6 +95,11 @@ void gvm_phys_prefill_hint(int loc);
 /* Whether a hint came before the core started (core.c). */
 bool gvm_phys_prefill_hinted(int loc);
 
+/* Moves tell the pool when they begin (+1) and end (-1): the fill steps
+ * aside while any runs and for a quiet stretch after (core/move.c calls
+ * it; moves come in bursts, a swap, a pause, a program's loop). */
+void gvm_phys_moves(int delta);
+
 /* Waits until no fill is running; with `stop`, ends running fills after
  * the piece each is creating (at exit: no driver call may outlive it). */
 void gvm_phys_prefill_wait(bool stop);

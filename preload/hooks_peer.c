@@ -84,26 +84,6 @@ static void reach(CUcontext peer)
         gvm_warn("granting device %d the memory of device %d failed (%d)", (int)from, to, rc);
 }
 
-/* The current context's device, remembered per thread for the context it
- * was asked for. */
-static __thread CUcontext known_ctx;
-static __thread int known_dev = -1;
-
-bool gvm_shim_grant_copier(struct gvm_region *r)
-{
-    CUcontext c = NULL;
-    if (!r || GVM_REAL(cuCtxGetCurrent)(&c) != CUDA_SUCCESS || !c) return false;
-    if (c != known_ctx) {
-        CUdevice d = -1;
-        if (GVM_REAL(cuCtxGetDevice)(&d) != CUDA_SUCCESS) return false;
-        known_ctx = c;
-        known_dev = (int)d;
-    }
-    if (gvm_region_reach(r) >> known_dev & 1) return false;
-    gvm_region_grant_copier(r, known_dev);
-    return true;
-}
-
 GVM_EXPORT CUresult CUDAAPI cuCtxEnablePeerAccess(CUcontext peer, unsigned int flags)
 {
     gvm_hook_count(GVM_FN_cuCtxEnablePeerAccess);

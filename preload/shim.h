@@ -60,24 +60,6 @@ static inline void gvm_hook_count(enum gvm_driver_fn fn)
     gvm_stat_local_inc(calls[fn]);
 }
 
-/* Grants r (announced; NULL: nothing) to the current context's device if
- * it has no access yet (core/region.h, gvm_region_grant_copier); true
- * when it granted something. */
-bool gvm_shim_grant_copier(struct gvm_region *r);
-
-/* A copy or set the driver refused with CUDA_ERROR_INVALID_VALUE may come
- * from a context whose device gvmshim did not grant the memory (natively
- * the driver serves it): true when a grant was made and the call should be
- * made again. Checked on refusal only, so that a call that succeeds costs
- * nothing more (asking the driver for the current context on every copy
- * cost ~0.4 us on two H200s). */
-static inline bool gvm_shim_granted_on_refusal(CUresult rc, struct gvm_region *a, struct gvm_region *b)
-{
-    if (__builtin_expect(rc != CUDA_ERROR_INVALID_VALUE, 1) || gvm_topo.ndev < 2) return false;
-    bool ga = gvm_shim_grant_copier(a), gb = gvm_shim_grant_copier(b);
-    return ga || gb;
-}
-
 /* Announces use of memory at p for the duration of a call; NULL if p is not
  * gvmshim's. Host-side arguments [p, p+n) also get CPU access where they
  * are host-resident. */
