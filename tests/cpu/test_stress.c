@@ -7,6 +7,8 @@
  * Run time is bounded: GVM_TEST_STRESS_MS (default 1500) per case. */
 #include "simcore.h"
 
+#include "core/reach.h"
+
 #include "core/move.h"
 #include "core/slab.h"
 #include "policy/config.h"
@@ -450,6 +452,35 @@ static void options_change_while_threads_work(void)
     CHECK(sets > 0);
 }
 
+/* The program enables peer access while its threads work: the grant walks
+ * every allocation of device 0 (core/reach.c) while workers allocate,
+ * free, move, alias and grow them. */
+static void *enable_peer(void *arg)
+{
+    CUresult *rc = arg;
+    CHECK_EQ(gvm_drv.cuCtxSetCurrent(ctx0), CUDA_SUCCESS);
+    long half_ms = (long)(budget_ms() / 2);
+    nanosleep(&(struct timespec){half_ms / 1000, half_ms % 1000 * 1000000L}, NULL);
+    *rc = gvm_reach_enable(0, 1);
+    return NULL;
+}
+
+static void peer_access_enabled_while_threads_work(void)
+{
+    start();
+    static struct worker w[WORKERS];
+    CUresult rc = CUDA_ERROR_UNKNOWN;
+    pthread_t t;
+    pthread_create(&t, NULL, enable_peer, &rc);
+    run(work, w, WORKERS, true);
+    pthread_join(t, NULL);
+    CHECK_EQ(rc, CUDA_SUCCESS);
+    uintptr_t p = 0;
+    CHECK_EQ(gvm_policy_alloc(8 << 20, 0, ctx0, 0, &p), CUDA_SUCCESS);
+    CHECK_EQ(simcuda_access_mask(p) & 3, 3);   /* what is made after the enable reaches device 1 too */
+    CHECK_EQ(gvm_policy_free(p), CUDA_SUCCESS);
+}
+
 /* ---- lifetimes, one interleaving at a time ------------------------------ */
 
 static void no_cache(struct gvm_settings *s)
@@ -636,6 +667,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(small_chunks_come_and_go_while_promoted)
     TEST_ENTRY(everything_at_once_keeps_data)
     TEST_ENTRY(options_change_while_threads_work)
+    TEST_ENTRY(peer_access_enabled_while_threads_work)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }
