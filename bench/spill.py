@@ -6,8 +6,13 @@ two GPUs), next to the same working set natively (it fits the GPU: the
 unified-memory way to run it).
 
 Every step reads every tensor once: for each weight W (rows x 8192 fp32,
---tensor-mib each) acc += (W @ x).sum(), then acc.item(). Reported per
-working set:
+--tensor-mib each) acc += (W @ x).sum(), then acc.item(). With
+--workload train, a step is a training step instead: forward through every
+weight (loss = sum of (x @ W)^2 means), backward, torch.optim.Adam (its
+default implementation); the working set then counts each weight four
+times (the weight, its gradient, Adam's two moments), and the managed-
+memory comparison is not run (it needs PyTorch's allocator replaced).
+Reported per working set:
   step ms          median of --steps timed steps after --warmup steps
   x fits           step / the native step of the same working set
   off-device/step  max(0, working set - limit): bytes that live off the GPU
@@ -31,6 +36,7 @@ Exit 77 without torch or a GPU.
     bench/spill.py --lib build/preload/libgvmshim.so [--limit 4G]
                    [--ratios 0.8,1.25,1.5,2] [--no-peer] [--no-managed]
                    [--no-diff] [--no-trace] [--deadline 240] [--shim-env GVM_X=V]
+                   [--workload read|train]
 """
 import argparse
 import ctypes
@@ -148,6 +154,45 @@ def run_working_set(torch, ws_bytes, tensor_bytes, steps, warmup, managed):
     return res
 
 
+def run_training_set(torch, ws_bytes, tensor_bytes, steps, warmup, managed):
+    """Training steps: forward through every weight, backward, Adam. The
+    working set counts each weight four times: the weight, its gradient and
+    Adam's two moments (created by the first step, a warm-up step)."""
+    if managed:
+        raise RuntimeError("not run for the training step (it needs PyTorch's allocator replaced)")
+    dev = torch.device("cuda", 0)
+    rows = tensor_bytes // (4 * COLS)
+    n = max(1, int(round(ws_bytes / (4.0 * tensor_bytes))))
+    g = torch.Generator(device=dev)
+    g.manual_seed(5)
+    x = torch.randn(64, rows, device=dev, generator=g)
+    t0 = time.time()
+    params = []
+    for _ in range(n):
+        w = torch.empty(rows, COLS, device=dev)
+        w.uniform_(-0.01, 0.01, generator=g)
+        params.append(torch.nn.Parameter(w))
+    opt = torch.optim.Adam(params, lr=1e-4)
+    torch.cuda.synchronize()
+    setup_s = time.time() - t0
+    times, loss_v = [], None
+    for i in range(warmup + steps):
+        s0 = time.time()
+        opt.zero_grad(set_to_none=False)
+        loss = sum((x @ w).square().mean() for w in params)
+        loss.backward()
+        opt.step()
+        loss_v = float(loss.item())
+        if i >= warmup:
+            times.append(time.time() - s0)
+    res = {"tensors": n, "ws_bytes": 4 * n * rows * COLS * 4, "setup_s": setup_s, "step_s": times,
+           "checksum": loss_v.hex() if loss_v is not None else None}
+    del opt, params, x, loss
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    return res
+
+
 def measure_links(torch, peer):
     dev = torch.device("cuda", 0)
     n = GiB
@@ -204,8 +249,8 @@ def child(args):
                 res["runs"].append({"ws_request": ws, "skipped": "%d MiB free on the GPU" % (free // MiB)})
                 continue
         try:
-            r = run_working_set(torch, ws, args["tensor_bytes"], args["steps"], args["warmup"],
-                                args.get("managed", False))
+            run = run_training_set if args.get("train") else run_working_set
+            r = run(torch, ws, args["tensor_bytes"], args["steps"], args["warmup"], args.get("managed", False))
         except RuntimeError as e:
             if not args.get("managed"):
                 raise
@@ -353,6 +398,8 @@ def main():
                     help="moved/step from one run (includes the set-up's spills), half the runs")
     ap.add_argument("--no-trace", action="store_true", help="skip the run with GVM_TRACE set")
     ap.add_argument("--deadline", type=int, default=240, help="start no run after this many seconds [240]")
+    ap.add_argument("--workload", choices=["read", "train"], default="read",
+                    help="read: every weight read once a step; train: forward, backward, Adam [read]")
     ap.add_argument("--shim-env", action="append", default=[], metavar="GVM_X=V",
                     help="one more setting for every shim run (repeatable), to try options")
     o = ap.parse_args()
@@ -376,7 +423,9 @@ def main():
         return 2
     par = Parent(o)
     ws_list = [int(r * limit) for r in ratios]
-    base = {"tensor_bytes": tensor_bytes, "steps": o.steps, "warmup": o.warmup}
+    base = {"tensor_bytes": tensor_bytes, "steps": o.steps, "warmup": o.warmup, "train": o.workload == "train"}
+    if o.workload == "train" and o.warmup < 1:
+        ap.error("--workload train needs --warmup >= 1 (the first step creates Adam's state)")
 
     native, _ = par.run("native (fits)", dict(base, ws=ws_list, links=True, check_free=True))
     if native == "skip":
@@ -463,8 +512,8 @@ def main():
                      "skipped": r.get("skipped")})
 
     # A plain table for people running this by hand.
-    print("device %s, limit %s, tensors of %d MiB, link H2D %.1f GB/s%s"
-          % (native["device"], o.limit, o.tensor_mib, links.get("h2d_gbps", 0),
+    print("device %s, workload %s, limit %s, tensors of %d MiB, link H2D %.1f GB/s%s"
+          % (native["device"], o.workload, o.limit, o.tensor_mib, links.get("h2d_gbps", 0),
              ", peer %.1f GB/s" % links["peer_gbps"] if links.get("peer_gbps") else ""))
     print("%-10s %6s %9s %9s %9s %8s %10s %9s %9s %5s" % ("spill", "x lim", "WS GiB", "step ms", "fits ms",
                                                         "x fits", "moved GiB", "add/bnd", "UVM ms", "ok"))
@@ -481,7 +530,8 @@ def main():
     for n in par.notes:
         print("note: " + n)
     out = {"bench": "spill", "device": native["device"], "devices": native.get("devices"), "torch": native.get("torch"),
-           "limit": limit, "limit_text": o.limit, "tensor_bytes": tensor_bytes, "steps": o.steps, "warmup": o.warmup,
+           "workload": o.workload, "limit": limit, "limit_text": o.limit, "tensor_bytes": tensor_bytes,
+           "steps": o.steps, "warmup": o.warmup,
            "links": links, "fits": fits, "rows": rows, "notes": par.notes,
            "managed_ran": isinstance(managed, dict), "seconds": time.time() - par.t_start}
     print("BENCH_JSON " + json.dumps(out))
