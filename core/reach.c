@@ -13,41 +13,42 @@
  * the first has granted everything. */
 static pthread_mutex_t reach_lock = PTHREAD_MUTEX_INITIALIZER;
 
+/* Region records are recycled, never freed: a record taken here stays
+ * readable, and its generation tells whether it is still the same one. */
+struct taken {
+    struct gvm_region *r;
+    unsigned gen;
+};
+
 struct owned {
     int owner;
     size_t n, cap;
-    struct gvm_region **r;
-    unsigned *gen;
+    struct taken *t;
 };
 
-/* Region records are recycled, never freed: a record taken here stays
- * readable, and its generation tells whether it is still the same one. */
 static void collect(struct gvm_region *r, void *arg)
 {
     struct owned *o = arg;
     if (r->kind == GVM_REGION_ALIAS || r->device != o->owner) return;
     if (o->n == o->cap) {
         size_t cap = o->cap ? o->cap * 2 : 64;
-        struct gvm_region **nr = realloc(o->r, cap * sizeof *nr);
-        if (nr) o->r = nr;
-        unsigned *ng = nr ? realloc(o->gen, cap * sizeof *ng) : NULL;
-        if (!ng) return;
-        o->gen = ng;
+        struct taken *nt = realloc(o->t, cap * sizeof *nt);
+        if (!nt) return;
+        o->t = nt;
         o->cap = cap;
     }
-    o->r[o->n] = r;
-    o->gen[o->n++] = __atomic_load_n(&r->gen, __ATOMIC_ACQUIRE);
+    o->t[o->n++] = (struct taken){r, __atomic_load_n(&r->gen, __ATOMIC_ACQUIRE)};
 }
 
 static CUresult grant_all(struct owned *o, int dev)
 {
     CUresult first = CUDA_SUCCESS;
     for (size_t i = 0; i < o->n; i++) {
-        struct gvm_region *r = o->r[i];
-        /* r->op: a move maps host memory under it, with the old grants if
-         * it began before the new bit was set; it is finished here. */
+        struct gvm_region *r = o->t[i].r;
+        /* r->op: a move maps memory under it, with the old grants if it
+         * began before the new bit was set; it is finished here. */
         pthread_mutex_lock(&r->op);
-        if (__atomic_load_n(&r->gen, __ATOMIC_ACQUIRE) == o->gen[i]) {
+        if (__atomic_load_n(&r->gen, __ATOMIC_ACQUIRE) == o->t[i].gen) {
             CUresult rc = gvm_region_grant(r, dev);
             if (rc != CUDA_SUCCESS && first == CUDA_SUCCESS) first = rc;
         }
@@ -76,8 +77,7 @@ CUresult gvm_reach_enable(int owner, int dev)
         struct owned o = {.owner = owner};
         gvm_live_for_each(collect, &o);
         rc = grant_all(&o, dev);
-        free(o.r);
-        free(o.gen);
+        free(o.t);
     }
     pthread_mutex_unlock(&reach_lock);
     return rc;

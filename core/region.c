@@ -493,15 +493,16 @@ CUresult gvm_region_grant(struct gvm_region *r, int dev)
     return CUDA_SUCCESS;
 }
 
-void gvm_region_grant_copier(struct gvm_region *r, int dev)
+bool gvm_region_grant_copier(struct gvm_region *r, int dev)
 {
-    if (dev < 0 || dev >= gvm_topo.ndev || (gvm_region_reach(r) >> dev & 1)) return;
+    if (dev < 0 || dev >= gvm_topo.ndev || (gvm_region_reach(r) >> dev & 1)) return false;
     struct gvm_region *o = r->kind == GVM_REGION_ALIAS && r->target ? r->target : r;
     /* First the bit, so that what is mapped from now on includes dev. */
     __atomic_fetch_or(&o->copied_from, 1u << dev, __ATOMIC_ACQ_REL);
     CUresult rc = gvm_region_grant(o, dev);
     if (rc != CUDA_SUCCESS)
         gvm_warn("granting device %d access to %#lx for a copy failed (%d)", dev, (unsigned long)o->base, rc);
+    return true;
 }
 
 int gvm_region_location(const struct gvm_region *r)

@@ -189,8 +189,9 @@ CUresult gvm_region_grant(struct gvm_region *r, int dev);
  * r. Natively the driver serves such a call whatever device owns the
  * memory; with VMM memory it refuses one from a device not granted the
  * mapping (CUDA_ERROR_INVALID_VALUE, H200 pair), so dev is granted r from
- * now on. The caller has r announced. */
-void gvm_region_grant_copier(struct gvm_region *r, int dev);
+ * now on. False when dev reached r already (nothing to grant). The caller
+ * has r announced. */
+bool gvm_region_grant_copier(struct gvm_region *r, int dev);
 
 /* Where r's memory lives: a device, GVM_LOC_HOST, GVM_LOC_MIXED, or
  * GVM_LOC_NONE when nothing is mapped. */

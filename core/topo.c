@@ -115,11 +115,6 @@ int gvm_topo_access_mask(int loc, uint32_t devices, bool cpu, CUmemAccessDesc *d
     return cpu && loc == GVM_LOC_HOST ? grant_cpu(descs, n) : n;
 }
 
-int gvm_topo_access(int loc, bool cpu, CUmemAccessDesc *descs)
-{
-    return gvm_topo_access_mask(loc, UINT32_MAX, cpu, descs);
-}
-
 CUresult gvm_topo_ctx(int dev, CUcontext *ctx)
 {
     if (dev < 0 || dev >= gvm_topo.ndev) return CUDA_ERROR_INVALID_DEVICE;

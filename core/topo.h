@@ -50,10 +50,6 @@ CUresult gvm_topo_init(void);
 /* True when a kernel on device `dev` can read memory at location `loc`. */
 bool gvm_topo_reaches(int dev, int loc);
 
-/* Fills descs with access for every device that can reach memory at loc,
- * plus the CPU when cpu is set (host locations only). Returns the count. */
-int gvm_topo_access(int loc, bool cpu, CUmemAccessDesc *descs);
-
 /* Fills descs with access for the devices in mask (bit per ordinal) that
  * are served and reach memory at loc, plus the CPU when cpu is set (host
  * locations only). Returns the count. */

@@ -32,9 +32,7 @@ static bool grant_copier(struct gvm_region *r)
         known_ctx = c;
         known_dev = (int)d;
     }
-    if (gvm_region_reach(r) >> known_dev & 1) return false;
-    gvm_region_grant_copier(r, known_dev);
-    return true;
+    return gvm_region_grant_copier(r, known_dev);
 }
 
 /* A copy or set the driver refused with CUDA_ERROR_INVALID_VALUE may come
@@ -251,8 +249,7 @@ static CUresult batch(enum gvm_driver_fn fn, __typeof__(cuMemcpyBatchAsync_v2) *
         if (!ours) gvm_stat_local_inc(passthrough_calls);
         rc = real(dsts, srcs, sizes, count, attrs, idxs, nattrs, s);
         bool again = false;
-        for (size_t i = 0; i < n && rc == CUDA_ERROR_INVALID_VALUE && gvm_topo.ndev > 1; i++)
-            again |= granted_on_refusal(rc, used[i], NULL);
+        for (size_t i = 0; i < n; i++) again |= granted_on_refusal(rc, used[i], NULL);
         if (again) rc = real(dsts, srcs, sizes, count, attrs, idxs, nattrs, s);
     }
     end_all(used, n);

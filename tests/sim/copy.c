@@ -36,8 +36,6 @@ CUresult sim_copy_1d(uintptr_t dst, int dkind, uintptr_t src, int skind, size_t 
     return rc;
 }
 
-/* Synchronous copies run in the current context; asynchronous ones in
- * their stream's. */
 static CUresult sim_copy_as(int dev, uintptr_t dst, int dkind, uintptr_t src, int skind, size_t n)
 {
     copy_dev = dev;
@@ -46,6 +44,8 @@ static CUresult sim_copy_as(int dev, uintptr_t dst, int dkind, uintptr_t src, in
     return rc;
 }
 
+/* Synchronous copies run in the current context; asynchronous ones in
+ * their stream's. */
 static CUresult sim_copy_sync(uintptr_t dst, int dkind, uintptr_t src, int skind, size_t n)
 {
     int dev = -1;
