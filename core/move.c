@@ -499,16 +499,17 @@ static CUresult finish_group(struct gvm_region *r, struct plan *p, int k, CUeven
 }
 
 /* One region's move as steps, so that moves in opposite directions can
- * run at once (gvm_move_lanes): each step copies group k, finishes group
- * k-1, whose copy was started one step earlier, and remaps group k while
- * its copy runs when it is early. Groups are remapped in order. */
+ * run at once (gvm_move_lanes). A step has two halves: issue copies group
+ * k; settle finishes group k-1, whose copy was issued one step earlier,
+ * and remaps group k while its copy runs when it is early. Groups are
+ * remapped in order. */
 struct mover {
     struct gvm_region *r;
     int loc;
     const char *why;
     struct plan p;
     int k;                  /* next group to copy; p.ng + 1 when finished */
-    CUevent prev;
+    CUevent prev, cur;
     CUresult rc;
     uint64_t trace_t0;
     struct move_clock clock;
@@ -516,28 +517,39 @@ struct mover {
 
 static bool mover_done(const struct mover *m) { return m->k > m->p.ng; }
 
-static void mover_step(struct mover *m)
+static void mover_issue(struct mover *m)
+{
+    m->cur = NULL;
+    if (m->k == m->p.ng) return;
+    double t0 = now_ms();
+    m->rc = copy_group(m->r, &m->p, m->k, &m->cur);
+    m->clock.copy += now_ms() - t0;
+}
+
+static void mover_settle(struct mover *m)
 {
     int k = m->k++;
     if (k == m->p.ng) {
         if (k > 0) m->rc = finish_group(m->r, &m->p, k - 1, m->prev, &m->clock);
         return;
     }
-    CUevent cur = NULL;
-    double t0 = now_ms();
-    m->rc = copy_group(m->r, &m->p, k, &cur);
-    m->clock.copy += now_ms() - t0;
     if (m->rc == CUDA_SUCCESS && k > 0) m->rc = finish_group(m->r, &m->p, k - 1, m->prev, &m->clock);
     if (m->rc == CUDA_SUCCESS && m->p.g[k].early) m->rc = remap_timed(m->r, &m->p, k, &m->clock);
     if (m->rc != CUDA_SUCCESS) {
         /* Copies still writing destinations that go back to the pool (the
          * rollback's own wait may be refused during a capture). */
         if (k > 0) DRV(cuEventSynchronize, m->prev);
-        if (cur) DRV(cuEventSynchronize, cur);
+        if (m->cur) DRV(cuEventSynchronize, m->cur);
         m->k = m->p.ng + 1;
         return;
     }
-    m->prev = cur;
+    m->prev = m->cur;
+}
+
+static void mover_step(struct mover *m)
+{
+    mover_issue(m);
+    mover_settle(m);
 }
 
 static CUresult pipeline(struct mover *m)
@@ -710,60 +722,37 @@ static struct mover *lane_next(struct mover *m, struct gvm_move_req *req, int n,
     return NULL;
 }
 
-/* Advances one step; a finished move is committed (or rolled back) and the
- * lane's next one begun. */
-static struct mover *lane_step(struct mover *m, struct gvm_move_req *req, int n, int *i)
+/* Settles the lane's current step; a finished move is committed (or
+ * rolled back) and the lane's next one begun. */
+static struct mover *lane_settle(struct mover *m, struct gvm_move_req *req, int n, int *i)
 {
-    mover_step(m);
+    mover_settle(m);
     if (!mover_done(m)) return m;
     req[*i - 1].rc = mover_finish(m);
     return lane_next(m, req, n, i);
 }
 
-struct lane {
-    struct gvm_move_req *req;
-    int n;
-};
-
-static void run_lane(struct lane *l)
-{
-    struct mover m;
-    int i = 0;
-    for (struct mover *cur = lane_next(&m, l->req, l->n, &i); cur;) cur = lane_step(cur, l->req, l->n, &i);
-}
-
-static void *lane_thread(void *arg)
-{
-    CUstreamCaptureMode mode = relax_capture();
-    run_lane(arg);
-    restore_capture(mode);
-    return NULL;
-}
-
-/* Each lane on its own thread: the remaps are CPU work in the driver
- * (mapping host memory costs about as much as copying it), and one thread
- * remapping both lanes left a copy engine idle while it remapped the other
- * lane (H100, 2026-11-23: a 128 MiB swap took 5.1 ms on one thread).
- * Without a second thread, the lanes alternate step by step on this one. */
+/* Both lanes on this thread, a step of each at a time: both copies are
+ * issued before either remap, so both copy engines run while the remaps
+ * (CPU work in the driver) go one after the other. On two threads the
+ * remaps took longer than in turn: a 128 MiB host map and a device map
+ * took 2.1 ms side by side against 1.1 + 0.06 ms alone, and a host map
+ * beside a running copy 1.8 ms (scripts/probe/remapcost.c --lanes, two
+ * H200s, 2026-11-23). */
 void gvm_move_lanes(struct gvm_move_req *a, int na, struct gvm_move_req *b, int nb)
 {
     for (int i = 0; i < na; i++) a[i].rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     for (int i = 0; i < nb; i++) b[i].rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (gvm_capture_open(-1)) return;
     CUstreamCaptureMode mode = relax_capture();
-    struct lane la = {a, na}, lb = {b, nb};
-    pthread_t t;
-    if (na && nb && pthread_create(&t, NULL, lane_thread, &lb) == 0) {
-        run_lane(&la);
-        pthread_join(t, NULL);
-    } else {
-        struct mover ma, mb;
-        int ia = 0, ib = 0;
-        struct mover *pa = lane_next(&ma, a, na, &ia), *pb = lane_next(&mb, b, nb, &ib);
-        while (pa || pb) {
-            if (pa) pa = lane_step(pa, a, na, &ia);
-            if (pb) pb = lane_step(pb, b, nb, &ib);
-        }
+    struct mover ma, mb;
+    int ia = 0, ib = 0;
+    struct mover *pa = lane_next(&ma, a, na, &ia), *pb = lane_next(&mb, b, nb, &ib);
+    while (pa || pb) {
+        if (pa) mover_issue(pa);
+        if (pb) mover_issue(pb);
+        if (pa) pa = lane_settle(pa, a, na, &ia);
+        if (pb) pb = lane_settle(pb, b, nb, &ib);
     }
     restore_capture(mode);
 }
