@@ -270,6 +270,7 @@ static CUresult alloc_large(size_t size, int device, CUcontext ctx, const struct
     GVM_STORE(r->flags, 0u);
     GVM_STORE(r->buffer_id, gvm_next_buffer_id());
     GVM_STORE(r->last_use, gvm_clock_tick());   /* a new allocation is about to be used */
+    GVM_STORE(r->nlaunches, 0u);                /* a new buffer: its uses start now */
     GVM_STORE(r->spilled_at, pl->spill ? gvm_clock_tick() : 0);
     if (pl->spill) {
         gvm_stat_inc(spills);

@@ -35,6 +35,7 @@ static void region_reset(struct gvm_region *r)
     GVM_STORE(r->flags, 0u);
     GVM_STORE(r->spilled_at, (uint64_t)0);
     GVM_STORE(r->last_use, (uint64_t)0);
+    GVM_STORE(r->nlaunches, 0u);
     GVM_STORE(r->buffer_id, (uint64_t)0);
     r->device = 0;
     r->ctx = NULL;

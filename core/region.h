@@ -43,6 +43,10 @@ enum gvm_region_flags {
     GVM_RF_SHARED = 32,
 };
 
+/* Launches a region remembers: more than a training step's uses of one
+ * tensor (forward, backward, each optimizer pass). */
+#define GVM_REGION_LAUNCHES 16
+
 struct gvm_region {
     uintptr_t base;
     size_t reserved;         /* virtual bytes reserved at base */
@@ -71,6 +75,8 @@ struct gvm_region {
     unsigned flags;
     int paused_loc;              /* where its data waits while paused */
     uint64_t spilled_at;         /* use clock when the policy moved it off its device, 0 if not */
+    uint32_t launches[GVM_REGION_LAUNCHES];   /* the launch numbers of its last uses (policy/recur.c) */
+    uint32_t nlaunches;          /* uses recorded; the newest is launches[(nlaunches - 1) % GVM_REGION_LAUNCHES] */
     uint64_t freed_at;           /* gvm_topo_epoch of its device when the program freed it */
     CUresult last_error;         /* driver error of the last failed operation */
     struct gvm_region *next;     /* free list / cache list */

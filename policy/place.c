@@ -8,6 +8,7 @@
 #include "core/topo.h"
 #include "policy/policy.h"
 #include "policy/promote.h"
+#include "policy/recur.h"
 #include "policy/spill.h"
 #include "policy/tags.h"
 
@@ -19,6 +20,7 @@ CUresult gvm_policy_start(const struct gvm_config *cfg)
     /* The limits are the caps core enforces (policy/settings.c). */
     for (int d = 0; d < gvm_topo.ndev; d++) gvm_policy_set_limit(d, gvm_held_cap(d));
     gvm_policy_set_limit(GVM_LOC_HOST, gvm_held_cap(GVM_LOC_HOST));
+    gvm_recur_reset();   /* a new policy learns the program afresh */
     if (cfg->spill.n && cfg->promote) gvm_promoter_start();
     return CUDA_SUCCESS;
 }

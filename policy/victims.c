@@ -1,6 +1,7 @@
 #include "policy/victims.h"
 
 #include "core/live.h"
+#include "policy/recur.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -38,7 +39,7 @@ static void gather_one(struct gvm_region *r, void *arg)
         v->v = nv;
         v->cap = cap;
     }
-    v->v[v->n++] = (struct gvm_victim){r, GVM_LOAD(r->last_use)};
+    v->v[v->n++] = (struct gvm_victim){r, GVM_LOAD(r->last_use), 0};
 }
 
 static int oldest_first(const void *a, const void *b)
@@ -64,12 +65,39 @@ static void gather(enum which which, int device, struct gvm_victims *out)
     if (out->n) qsort(out->v, out->n, sizeof *out->v, oldest_first);
 }
 
-void gvm_victims_resident(int device, struct gvm_victims *out) { gather(RESIDENT, device, out); }
+/* Needed furthest ahead first; among those not expected within a period,
+ * the least recently used first (the order gather left; qsort is not
+ * stable, so last_use decides ties). */
+static int furthest_first(const void *a, const void *b)
+{
+    const struct gvm_victim *x = a, *y = b;
+    if (x->next_use != y->next_use) return x->next_use > y->next_use ? -1 : 1;
+    return x->last_use < y->last_use ? -1 : x->last_use > y->last_use;
+}
+
+/* Orders by predicted next use when a period is known; false when not. */
+static bool by_next_use(struct gvm_victims *v, bool furthest)
+{
+    uint32_t period = gvm_recur_period();
+    if (!period) return false;
+    for (size_t i = 0; i < v->n; i++) v->v[i].next_use = gvm_recur_next_use(v->v[i].r, period);
+    qsort(v->v, v->n, sizeof *v->v, furthest_first);
+    if (!furthest) reverse(v->v, v->n);
+    return true;
+}
+
+static bool resident(int device, struct gvm_victims *out)
+{
+    gather(RESIDENT, device, out);
+    return by_next_use(out, true);
+}
+
+void gvm_victims_resident(int device, struct gvm_victims *out) { resident(device, out); }
 
 void gvm_victims_spilled(int device, struct gvm_victims *out)
 {
     gather(SPILLED, device, out);
-    reverse(out->v, out->n);
+    if (!by_next_use(out, false)) reverse(out->v, out->n);
 }
 
 static bool kept(const struct gvm_region *r, struct gvm_region *const *keep, int n)
@@ -82,10 +110,11 @@ static bool kept(const struct gvm_region *r, struct gvm_region *const *keep, int
 size_t gvm_victims_for_swap(int device, size_t need, uint64_t since, struct gvm_region *const *keep, int nkeep,
                             struct gvm_victims *out)
 {
-    gvm_victims_resident(device, out);
-    size_t cold = 0;
-    while (cold < out->n && out->v[cold].last_use < since) cold++;
-    reverse(out->v + cold, out->n - cold);   /* the warm tail, most recent first */
+    if (!resident(device, out)) {
+        size_t cold = 0;
+        while (cold < out->n && out->v[cold].last_use < since) cold++;
+        reverse(out->v + cold, out->n - cold);   /* the warm tail, most recent first */
+    }
     size_t k = 0, got = 0;
     for (size_t i = 0; i < out->n && got < need; i++) {
         if (kept(out->v[i].r, keep, nkeep)) continue;

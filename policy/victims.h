@@ -15,6 +15,7 @@
 struct gvm_victim {
     struct gvm_region *r;
     uint64_t last_use;
+    uint32_t next_use;   /* launches until its predicted use (policy/recur.h), when a period is known */
 };
 
 struct gvm_victims {
@@ -23,11 +24,13 @@ struct gvm_victims {
 };
 
 /* Regions living on their home `device` that may leave it (live, neither
- * paused nor pinned), least recently used first. */
+ * paused nor pinned), least recently used first; when the program's loop
+ * is learned (policy/recur.h), those needed furthest ahead first. */
 void gvm_victims_resident(int device, struct gvm_victims *out);
 
 /* Spilled regions that belong on `device` and were used since they left,
- * most recently used first. */
+ * most recently used first; when the loop is learned, those needed soonest
+ * first. */
 void gvm_victims_spilled(int device, struct gvm_victims *out);
 
 /* Regions to send out of `device` so that `need` bytes come in, never one
@@ -37,8 +40,9 @@ void gvm_victims_spilled(int device, struct gvm_victims *out);
  * recently used: a training loop sweeps its weights in order, and under
  * LRU every swap would evict exactly the weight needed next (a cyclic
  * sweep larger than the device misses on every access), while the most
- * recently used one is needed last. Returns how many (0 when they cannot
- * make `need` bytes). */
+ * recently used one is needed last. When the loop is learned, simply those
+ * needed furthest ahead first. Returns how many (0 when they cannot make
+ * `need` bytes). */
 size_t gvm_victims_for_swap(int device, size_t need, uint64_t since, struct gvm_region *const *keep, int nkeep,
                             struct gvm_victims *out);
 

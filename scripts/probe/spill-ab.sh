@@ -9,7 +9,7 @@ shift 2
 args='{"tensor_bytes": 134217728, "steps": 5, "warmup": 2, "ws": [6442450944]}'
 for r in $(seq "$rounds"); do
     for setting in "$@"; do
-        ms=$(env LD_PRELOAD="$lib" $setting GVM_DEVICE_LIMIT=4G GVM_SPILL=host \
+        ms=$(env LD_PRELOAD="$lib" GVM_DEVICE_LIMIT=4G GVM_SPILL=host $setting \
              python3 "$(dirname "$0")/../../bench/spill.py" --child "$args" 2>/dev/null |
              python3 -c 'import json,sys
 for l in sys.stdin:

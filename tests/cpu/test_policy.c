@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/move.h"
 #include "core/relocate.h"
+#include "policy/recur.h"
 #include "policy/config.h"
 #include "policy/live.h"
 #include "policy/place.h"
@@ -334,6 +335,40 @@ static void a_cyclic_sweep_does_not_thrash(void)
     if (per_sweep > 2 * 2 * 16 * MiB) fprintf(stderr, "moved %lu MiB per sweep\n", (unsigned long)(per_sweep >> 20));
     CHECK(per_sweep <= 2 * 2 * 16 * MiB);
     for (int i = 0; i < 5; i++) CHECK(intact(w[i], 16 * MiB, 40 + i));
+}
+
+/* A sweep whose launches alternate with launches on one small buffer (a
+ * loss, a scalar: recurring every other launch): the period learned is
+ * the sweep's, and a sweep moves no more than the recency order does
+ * (four buffers each way: beside the small one's chunk and the room kept
+ * for the next swap, two fit). A period of a few launches would make every
+ * buffer look unneeded and the victims the least recently used: a miss on
+ * every access, five each way (seen on two H200s, 2026-11-24, when the
+ * period was voted by distances: the spill step took 2.4 times as long). */
+static void a_sweep_with_a_shared_scalar_learns_its_period(void)
+{
+    const char *kv[] = {"device_limit", "0:64M", "spill", "host", "promote_interval", "3600s", NULL};
+    start_policy(kv);
+    uintptr_t w[5], acc = palloc(4096);
+    for (int i = 0; i < 5; i++) {
+        w[i] = palloc(16 * MiB);
+        fill(w[i], 16 * MiB, 50 + i);
+    }
+    uint64_t before = 0;
+    for (int sweep = 0; sweep < 8; sweep++) {
+        if (sweep == 5) before = gvm_stats.bytes_migrated;
+        for (int i = 0; i < 5; i++) {
+            struct gvm_region *r[2] = {gvm_heap_region(w[i]), gvm_heap_region(acc)};
+            gvm_policy_before_launch(r, 2);
+            CHECK_EQ(where(w[i]), 0);
+            for (int k = 0; k < 2; k++) gvm_policy_before_launch(&r[1], 1);
+        }
+    }
+    CHECK_EQ(gvm_recur_period(), 15u);
+    uint64_t per_sweep = (gvm_stats.bytes_migrated - before) / 3;
+    if (per_sweep > 2 * 4 * 16 * MiB) fprintf(stderr, "moved %lu MiB per sweep\n", (unsigned long)(per_sweep >> 20));
+    CHECK(per_sweep <= 2 * 4 * 16 * MiB);
+    for (int i = 0; i < 5; i++) CHECK(intact(w[i], 16 * MiB, 50 + i));
 }
 
 /* A region idle for longer than the incoming one's reuse distance (like a
@@ -713,6 +748,104 @@ static void a_wide_sweep_swaps_both_ways_at_once(void)
     for (int i = 0; i < 8; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
 }
 
+/* One step of a training loop over n parameters, in the order PyTorch's
+ * Adam (foreach) reaches them: zero the gradients, forward through the
+ * weights, backward into the gradients, then the optimizer's passes over
+ * moments, gradients, a temporary and the weights, each over all n. The
+ * working set (5n buffers) is twice the device: each step must bring
+ * buffers in, and which ones leave decides how many. */
+enum { TRAIN_N = 4, TRAIN_LISTS = 5 };
+
+static void train_launch(uintptr_t *const *bufs, int nb, int i)
+{
+    struct gvm_region *r[3] = {NULL, NULL, NULL};
+    for (int k = 0; k < nb; k++) r[k] = gvm_heap_region(bufs[k][i]);
+    gvm_policy_before_launch(r, nb);
+    for (int k = 0; k < nb; k++) {
+        touch(bufs[k][i]);
+        CHECK_EQ(where(bufs[k][i]), 0);
+    }
+}
+
+static void train_step(uintptr_t w[][TRAIN_N], bool forget)
+{
+    uintptr_t *W = w[0], *G = w[1], *M = w[2], *V = w[3], *D = w[4];
+    uintptr_t *zero[] = {G}, *fwd[] = {W}, *lerp[] = {M, G}, *mul[] = {V}, *addcmul[] = {V, G}, *sqrt_[] = {V, D},
+              *div[] = {D}, *addcdiv[] = {W, M, D};
+    struct pass {
+        uintptr_t *const *b;
+        int nb;
+    } passes[] = {{zero, 1}, {fwd, 1}, {lerp, 2}, {mul, 1}, {addcmul, 2}, {sqrt_, 2}, {div, 1}, {div, 1}, {addcdiv, 3}};
+    for (size_t p = 0; p < sizeof passes / sizeof *passes; p++)
+        for (int i = 0; i < TRAIN_N; i++) {
+            if (forget) gvm_recur_reset();
+            train_launch(passes[p].b, passes[p].nb, i);
+        }
+    for (int i = TRAIN_N - 1; i >= 0; i--) {   /* backward, last layer first */
+        uintptr_t *bwd[] = {G};
+        if (forget) gvm_recur_reset();
+        train_launch(bwd, 1, i);
+    }
+}
+
+/* Moved bytes per step of that loop, after two steps to learn it. */
+static uint64_t train_moved_per_step(bool forget)
+{
+    const char *kv[] = {"device_limit", "0:20M", "spill", "host", "promote_interval", "3600s", NULL};
+    start_limited(kv);
+    uintptr_t w[TRAIN_LISTS][TRAIN_N];
+    for (int l = 0; l < TRAIN_LISTS; l++)
+        for (int i = 0; i < TRAIN_N; i++) {
+            w[l][i] = palloc(2 * MiB);
+            fill(w[l][i], 2 * MiB, (uint8_t)(80 + l * TRAIN_N + i));
+        }
+    uint64_t before = 0;
+    for (int step = 0; step < 5; step++) {
+        if (step == 2) before = gvm_stats.bytes_migrated;
+        train_step(w, forget);
+        CHECK(simcuda_phys_bytes(0) <= 20 * MiB);
+    }
+    CHECK_EQ(gvm_recur_period() != 0, !forget);
+    for (int l = 0; l < TRAIN_LISTS; l++)
+        for (int i = 0; i < TRAIN_N; i++) {
+            CHECK(intact(w[l][i], 2 * MiB, (uint8_t)(80 + l * TRAIN_N + i)));
+            CHECK_EQ(gvm_policy_free(w[l][i]), CUDA_SUCCESS);
+        }
+    return (gvm_stats.bytes_migrated - before) / 3;
+}
+
+/* Learned, the loop's victims are those needed furthest ahead: it moves
+ * far less than the recency order does (which evicts, in the optimizer's
+ * passes, what the next pass needs first). */
+static uint64_t train_moved_in_a_child(bool forget)
+{
+    /* Each measurement starts its own policy (and promoter thread): in a
+     * process of its own, as every case does. */
+    int fd[2];
+    CHECK_EQ(pipe(fd), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        uint64_t moved = train_moved_per_step(forget);
+        _exit(write(fd[1], &moved, sizeof moved) == sizeof moved ? 0 : 1);
+    }
+    uint64_t moved = UINT64_MAX;
+    int status = 0;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    CHECK_EQ(read(fd[0], &moved, sizeof moved), (ssize_t)sizeof moved);
+    close(fd[0]);
+    close(fd[1]);
+    return moved;
+}
+
+static void a_training_loop_is_learned(void)
+{
+    uint64_t recency = train_moved_in_a_child(true), learned = train_moved_in_a_child(false);
+    fprintf(stderr, "moved per step: %lu MiB by recency, %lu MiB learned\n", (unsigned long)(recency >> 20),
+            (unsigned long)(learned >> 20));
+    CHECK(learned * 4 <= recency * 3);
+}
+
 /* A driver call failing anywhere in a two-way swap: every buffer keeps its
  * data, the device never holds more than its limit, nothing leaks. */
 static void failure_during_a_two_way_swap_keeps_data(void)
@@ -820,6 +953,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(used_spilled_data_is_promoted_when_room_returns)
     TEST_ENTRY(launch_on_spilled_data_swaps_it_in)
     TEST_ENTRY(a_cyclic_sweep_does_not_thrash)
+    TEST_ENTRY(a_sweep_with_a_shared_scalar_learns_its_period)
     TEST_ENTRY(cold_regions_leave_before_warm_ones)
     TEST_ENTRY(unused_spilled_data_stays_out)
     TEST_ENTRY(pause_keep_and_resume)
@@ -834,6 +968,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(the_cap_is_enforced_below_the_policy)
     TEST_ENTRY(failure_during_a_swap_keeps_data)
     TEST_ENTRY(a_wide_sweep_swaps_both_ways_at_once)
+    TEST_ENTRY(a_training_loop_is_learned)
     TEST_ENTRY(failure_during_a_two_way_swap_keeps_data)
     TEST_ENTRY(a_raised_limit_lets_spilled_data_back)
     TEST_ENTRY(a_swap_skips_a_victim_in_use)

@@ -1,0 +1,127 @@
+/* Recurrence: the period of the program's launch sequence, voted by the
+ * launches that repeat, and each region's next use predicted from it. */
+#include "policy/recur.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <string.h>
+
+/* Launch signatures remembered by value (a hash table whose entries are
+ * simply overwritten) and in order (a ring: a period is checked against
+ * it, so it holds more than two of the longest period learned). A period
+ * is adopted when the last CHECK launches repeat the CHECK before them at
+ * that distance (all but SLACK of them), and dropped when fewer than
+ * HOLD of the last WINDOW launches repeat the one a period before. */
+#define SIGS 4096
+#define RING (1u << 16)
+#define CHECK 32
+#define SLACK 4
+#define WINDOW 64
+#define HOLD 48
+
+static uint32_t launch_no;   /* the latest launch's number */
+static uint32_t period;
+static uint64_t ring[RING];
+
+/* Taken with trylock only: a launch another thread is voting beside
+ * skips its vote (votes are many; launches must not queue here). */
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sig {
+    uint64_t sig;
+    uint32_t at;
+} sigs[SIGS];
+static unsigned seen, held;   /* launches of the current window, and those that repeated */
+
+static uint64_t mix(uint64_t h, uint64_t v)
+{
+    h ^= v + 0x9e3779b97f4a7c15ULL + (h << 6) + (h >> 2);
+    return h * 0xff51afd7ed558ccdULL;
+}
+
+static uint64_t ring_at(uint32_t no) { return __atomic_load_n(&ring[no % RING], __ATOMIC_RELAXED); }
+
+/* Whether the launches up to `now` repeat those `gap` before them. A
+ * signature recurring at a short distance (a loss, a scalar: a chunk used
+ * by every other launch) does not make a period: the launches between
+ * differ. */
+static bool repeats(uint32_t now, uint32_t gap)
+{
+    if (!gap || gap > RING / 2 - CHECK || now <= gap + CHECK) return false;
+    int misses = 0;
+    for (uint32_t j = 0; j < CHECK; j++)
+        if (ring_at(now - j) != ring_at(now - j - gap) && ++misses > SLACK) return false;
+    return true;
+}
+
+/* Called with lock held. */
+static void vote(uint64_t sig, uint32_t now)
+{
+    uint32_t known = __atomic_load_n(&period, __ATOMIC_RELAXED);
+    if (known) {
+        held += ring_at(now) == ring_at(now - known);
+        if (++seen == WINDOW) {
+            if (held < HOLD) __atomic_store_n(&period, 0, __ATOMIC_RELAXED);   /* the loop changed */
+            seen = held = 0;
+        }
+    }
+    struct sig *s = &sigs[(sig >> 32) % SIGS];
+    if (s->sig == sig) {
+        uint32_t gap = now - s->at;
+        if (gap != known && repeats(now, gap)) {
+            __atomic_store_n(&period, gap, __ATOMIC_RELAXED);
+            seen = held = 0;
+        }
+    }
+    *s = (struct sig){sig, now};
+}
+
+static void note_use(struct gvm_region *r, uint32_t now)
+{
+    uint32_t i = __atomic_fetch_add(&r->nlaunches, 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->launches[i % GVM_REGION_LAUNCHES], now, __ATOMIC_RELAXED);
+}
+
+void gvm_recur_launch(struct gvm_region *const *used, int n)
+{
+    uint32_t now = __atomic_add_fetch(&launch_no, 1, __ATOMIC_RELAXED);
+    uint64_t sig = 1;
+    for (int i = 0; i < n; i++) {
+        note_use(used[i], now);
+        sig = mix(sig, GVM_LOAD(used[i]->base));
+    }
+    sig |= 1;   /* never 0, an empty slot */
+    __atomic_store_n(&ring[now % RING], sig, __ATOMIC_RELAXED);
+    if (pthread_mutex_trylock(&lock) != 0) return;
+    vote(sig, now);
+    pthread_mutex_unlock(&lock);
+}
+
+uint32_t gvm_recur_period(void) { return __atomic_load_n(&period, __ATOMIC_RELAXED); }
+
+/* The use one period ago that comes soonest again is the oldest use within
+ * the last period. With more uses in a period than are remembered, the
+ * oldest is lost and the estimate is later than the truth. A buffer not
+ * launched on yet counts as used just now (a framework allocates what it
+ * is about to use): needed a period ahead, after those not needed at all. */
+uint32_t gvm_recur_next_use(const struct gvm_region *r, uint32_t per)
+{
+    uint32_t now = __atomic_load_n(&launch_no, __ATOMIC_RELAXED);
+    uint32_t n = __atomic_load_n(&r->nlaunches, __ATOMIC_RELAXED);
+    uint32_t k = n < GVM_REGION_LAUNCHES ? n : GVM_REGION_LAUNCHES, best = GVM_RECUR_NEVER;
+    if (!k) return per;
+    for (uint32_t j = 0; j < k; j++) {
+        uint32_t ago = now - __atomic_load_n(&r->launches[j], __ATOMIC_RELAXED);
+        if (ago < per && per - ago < best) best = per - ago;
+    }
+    return best;
+}
+
+void gvm_recur_reset(void)
+{
+    pthread_mutex_lock(&lock);
+    memset(sigs, 0, sizeof sigs);
+    for (uint32_t i = 0; i < RING; i++) __atomic_store_n(&ring[i], 0, __ATOMIC_RELAXED);
+    seen = held = 0;
+    __atomic_store_n(&period, 0, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&lock);
+}
