@@ -19,6 +19,7 @@
 #define WINDOW 64
 #define HOLD 48
 
+static bool learning;        /* since the first spill */
 static uint32_t launch_no;   /* the latest launch's number */
 static uint32_t period;
 static uint64_t ring[RING];
@@ -75,14 +76,24 @@ static void vote(uint64_t sig, uint32_t now)
     *s = (struct sig){sig, now};
 }
 
+/* A load and a store, not a read-modify-write: two threads launching on
+ * one region at once may record one use, which costs a prediction nothing
+ * that matters, where a locked add would cost every launch. */
 static void note_use(struct gvm_region *r, uint32_t now)
 {
-    uint32_t i = __atomic_fetch_add(&r->nlaunches, 1, __ATOMIC_RELAXED);
+    uint32_t i = __atomic_load_n(&r->nlaunches, __ATOMIC_RELAXED);
     __atomic_store_n(&r->launches[i % GVM_REGION_LAUNCHES], now, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->nlaunches, i + 1, __ATOMIC_RELAXED);
+}
+
+void gvm_recur_start(void)
+{
+    if (!__atomic_load_n(&learning, __ATOMIC_RELAXED)) __atomic_store_n(&learning, true, __ATOMIC_RELAXED);
 }
 
 void gvm_recur_launch(struct gvm_region *const *used, int n)
 {
+    if (!__atomic_load_n(&learning, __ATOMIC_RELAXED)) return;
     uint32_t now = __atomic_add_fetch(&launch_no, 1, __ATOMIC_RELAXED);
     uint64_t sig = 1;
     for (int i = 0; i < n; i++) {
@@ -123,5 +134,6 @@ void gvm_recur_reset(void)
     for (uint32_t i = 0; i < RING; i++) __atomic_store_n(&ring[i], 0, __ATOMIC_RELAXED);
     seen = held = 0;
     __atomic_store_n(&period, 0, __ATOMIC_RELAXED);
+    __atomic_store_n(&learning, false, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&lock);
 }

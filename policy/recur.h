@@ -15,9 +15,14 @@
 /* No use of the region is expected within a period (or none is known). */
 #define GVM_RECUR_NEVER UINT32_MAX
 
-/* Records a launch reaching used[0..n): each region's use, and the
- * launch's recurrence (how many launches ago the same allocations were
- * launched on last). */
+/* Learning starts with the first spill: a job that fits never pays for
+ * it on its launches. Called when the policy moves or places memory off a
+ * device. */
+void gvm_recur_start(void);
+
+/* Records a launch reaching used[0..n), once learning started: each
+ * region's use, and the launch's recurrence (how many launches ago the
+ * same allocations were launched on last). */
 void gvm_recur_launch(struct gvm_region *const *used, int n);
 
 /* The learned period in launches, 0 while none is known. */
@@ -28,7 +33,8 @@ uint32_t gvm_recur_period(void);
  * period, or GVM_RECUR_NEVER when it was not used in the last period. */
 uint32_t gvm_recur_next_use(const struct gvm_region *r, uint32_t period);
 
-/* Forgets what was learned (tests; a changed configuration). */
+/* Forgets what was learned and stops learning until the next spill
+ * (tests; a new policy). */
 void gvm_recur_reset(void);
 
 #endif

@@ -44,6 +44,7 @@ static int pick_target(int device, size_t bytes)
 static bool evict(struct gvm_region *r, int device, unsigned how)
 {
     int to = pick_target(device, GVM_LOAD(r->mapped));
+    gvm_recur_start();
     return to != GVM_LOC_NONE && gvm_relocate(r, to, GVM_RELOC_SPILL | how) == CUDA_SUCCESS;
 }
 
@@ -74,6 +75,7 @@ static CUresult place_on_target(size_t size, int device, CUcontext ctx, int tag,
     int to = pick_target(device, gvm_policy_charge(size));
     if (to == GVM_LOC_NONE) return CUDA_ERROR_OUT_OF_MEMORY;
     struct gvm_place pl = {.loc = to, .spill = true};
+    gvm_recur_start();
     CUresult rc = gvm_heap_alloc(size, device, ctx, &pl, tag, out);
     if (rc == CUDA_SUCCESS) gvm_debug("spill: placed %zu bytes for device %d at %d", size, device, to);
     return rc;
@@ -106,6 +108,7 @@ CUresult gvm_spill_down_to(int device, size_t limit, size_t *moved)
         size_t bytes = GVM_LOAD(v.v[i].r->mapped);
         int to = pick_target(device, bytes);
         if (to == GVM_LOC_NONE) continue;   /* a smaller one may still fit */
+        gvm_recur_start();
         rc = gvm_relocate(v.v[i].r, to, GVM_RELOC_SPILL);
         if (rc == CUDA_SUCCESS) {
             *moved += bytes;
