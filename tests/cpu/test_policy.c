@@ -371,6 +371,85 @@ static void a_sweep_with_a_shared_scalar_learns_its_period(void)
     for (int i = 0; i < 5; i++) CHECK(intact(w[i], 16 * MiB, 50 + i));
 }
 
+/* ---- the loop model (policy/recur.c) on its own -------------------------
+ * Regions here are records the model reads (base, kind, launch history);
+ * no memory behind them. */
+
+static void recur_launch_each(struct gvm_region *const *seq, int n, int times)
+{
+    for (int t = 0; t < times; t++)
+        for (int i = 0; i < n; i++) gvm_recur_launch(&seq[i], 1);
+}
+
+static struct gvm_region *fake_region(uintptr_t base)
+{
+    struct gvm_region *r = calloc(1, sizeof *r);
+    CHECK(r != NULL);
+    r->base = base;
+    r->kind = GVM_REGION_LARGE;
+    return r;
+}
+
+/* Nothing is learned before the first spill; then a loop's period is
+ * adopted once it repeats, each region's next use is where it was used a
+ * period ago, and a changed loop replaces the period. */
+static void the_loop_model_learns_and_unlearns(void)
+{
+    gvm_recur_reset();
+    struct gvm_region *r[6];
+    for (int i = 0; i < 6; i++) r[i] = fake_region(0x100000000ul + ((uintptr_t)i << 30));
+    recur_launch_each(r, 4, 40);
+    CHECK_EQ(gvm_recur_period(), 0u);   /* no spill yet: not even recorded */
+    CHECK_EQ(r[0]->nlaunches, 0u);
+    gvm_recur_start();
+    recur_launch_each(r, 4, 20);        /* r0 r1 r2 r3, again and again */
+    CHECK_EQ(gvm_recur_period(), 4u);
+    /* Just after r3: r0 is next, then r1, r2, r3. */
+    for (int i = 0; i < 4; i++) CHECK_EQ(gvm_recur_next_use(r[i], 4), (uint32_t)i + 1);
+    CHECK_EQ(gvm_recur_next_use(r[4], 4), 4u);   /* never launched on: a period ahead */
+    /* A longer loop over six regions: the old period stops holding and the
+     * new one is adopted. */
+    recur_launch_each(r, 6, 30);
+    CHECK_EQ(gvm_recur_period(), 6u);
+    for (int i = 0; i < 6; i++) CHECK_EQ(gvm_recur_next_use(r[i], 6), (uint32_t)i + 1);
+    /* A region the loop left behind is not expected. */
+    struct gvm_region *only[2] = {r[0], r[1]};
+    recur_launch_each(only, 2, 40);
+    CHECK_EQ(gvm_recur_period(), 2u);
+    CHECK_EQ(gvm_recur_next_use(r[5], 2), GVM_RECUR_NEVER);
+    for (int i = 0; i < 6; i++) free(r[i]);
+}
+
+/* A region used more than once a step is next needed at its earliest use
+ * in the step, and one used more often than it remembers stays predicted
+ * within the period. */
+static void the_loop_model_predicts_regions_used_often(void)
+{
+    gvm_recur_reset();
+    gvm_recur_start();
+    struct gvm_region *r[3];
+    for (int i = 0; i < 3; i++) r[i] = fake_region(0x200000000ul + ((uintptr_t)i << 30));
+    /* r0 is used twice a step: the oldest use within the period counts. */
+    struct gvm_region *step[4] = {r[0], r[1], r[0], r[2]};
+    recur_launch_each(step, 4, 40);
+    CHECK_EQ(gvm_recur_period(), 4u);
+    CHECK_EQ(gvm_recur_next_use(r[0], 4), 1u);
+    CHECK_EQ(gvm_recur_next_use(r[1], 4), 2u);
+    CHECK_EQ(gvm_recur_next_use(r[2], 4), 4u);
+    /* More uses than a region remembers: the prediction stays within the
+     * period. */
+    struct gvm_region *busy[GVM_REGION_LAUNCHES + 4];
+    for (int i = 0; i < GVM_REGION_LAUNCHES + 4; i++) busy[i] = i % 2 ? r[1] : r[0];
+    busy[GVM_REGION_LAUNCHES + 3] = r[2];
+    recur_launch_each(busy, GVM_REGION_LAUNCHES + 4, 10);
+    uint32_t per = gvm_recur_period();
+    CHECK_EQ(per, (uint32_t)GVM_REGION_LAUNCHES + 4);
+    uint32_t n0 = gvm_recur_next_use(r[0], per);
+    CHECK(n0 >= 1 && n0 <= per);
+    CHECK_EQ(gvm_recur_next_use(r[2], per), per);
+    for (int i = 0; i < 3; i++) free(r[i]);
+}
+
 /* A region idle for longer than the incoming one's reuse distance (like a
  * block a framework keeps cached) goes before any warm one. */
 static void cold_regions_leave_before_warm_ones(void)
@@ -954,6 +1033,8 @@ static const struct test_case cases[] = {
     TEST_ENTRY(launch_on_spilled_data_swaps_it_in)
     TEST_ENTRY(a_cyclic_sweep_does_not_thrash)
     TEST_ENTRY(a_sweep_with_a_shared_scalar_learns_its_period)
+    TEST_ENTRY(the_loop_model_learns_and_unlearns)
+    TEST_ENTRY(the_loop_model_predicts_regions_used_often)
     TEST_ENTRY(cold_regions_leave_before_warm_ones)
     TEST_ENTRY(unused_spilled_data_stays_out)
     TEST_ENTRY(pause_keep_and_resume)
