@@ -2,6 +2,8 @@
  * launches that repeat, and each region's next use predicted from it. */
 #include "policy/recur.h"
 
+#include "core/log.h"
+
 #include <pthread.h>
 #include <stdbool.h>
 #include <string.h>
@@ -61,7 +63,10 @@ static void vote(uint64_t sig, uint32_t now)
     if (known) {
         held += ring_at(now) == ring_at(now - known);
         if (++seen == WINDOW) {
-            if (held < HOLD) __atomic_store_n(&period, 0, __ATOMIC_RELAXED);   /* the loop changed */
+            if (held < HOLD) {   /* the loop changed */
+                __atomic_store_n(&period, 0, __ATOMIC_RELAXED);
+                gvm_debug("loop: the period of %u launches stopped repeating (%u of %d)", known, held, WINDOW);
+            }
             seen = held = 0;
         }
     }
@@ -70,6 +75,7 @@ static void vote(uint64_t sig, uint32_t now)
         uint32_t gap = now - s->at;
         if (gap != known && repeats(now, gap)) {
             __atomic_store_n(&period, gap, __ATOMIC_RELAXED);
+            gvm_debug("loop: learned a period of %u launches (launch %u)", gap, now);
             seen = held = 0;
         }
     }
