@@ -895,7 +895,10 @@ static uint64_t train_moved_per_step(bool forget)
 
 /* Learned, the loop's victims are those needed furthest ahead: it moves
  * far less than the recency order does (which evicts, in the optimizer's
- * passes, what the next pass needs first). */
+ * passes, what the next pass needs first), and no more than the best
+ * possible choice: an offline replay of this step (Belady, with one
+ * buffer's room kept for the next swap, as the swap keeps it) moves 38
+ * buffers of 2 MiB a step. */
 static uint64_t train_moved_in_a_child(bool forget)
 {
     /* Each measurement starts its own policy (and promoter thread): in a
@@ -923,6 +926,7 @@ static void a_training_loop_is_learned(void)
     fprintf(stderr, "moved per step: %lu MiB by recency, %lu MiB learned\n", (unsigned long)(recency >> 20),
             (unsigned long)(learned >> 20));
     CHECK(learned * 4 <= recency * 3);
+    CHECK(learned <= 38 * 2 * MiB);
 }
 
 /* A driver call failing anywhere in a two-way swap: every buffer keeps its
