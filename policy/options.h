@@ -84,6 +84,9 @@
       "at most this many bytes promoted per second (more than 0)")             \
     X(promote_interval, millis, "50ms", live,                                  \
       "how often the promoter looks (1ms to 1h)")                              \
+    X(learn_loop, bool, "1", live,                                             \
+      "once spilling, learn the program's loop from its launches and send "    \
+      "out first what it needs furthest ahead (0: least recently used first)") \
     X(track_launches, track_launches, "auto", start,                           \
       "scan kernel launch arguments for recency (auto: only when spill is "    \
       "on)")                                                                   \

@@ -217,7 +217,7 @@ void gvm_policy_before_launch(struct gvm_region *const *used, int n)
     if (!cfg || !cfg->spill.n || !cfg->promote) return;
     /* A launch being captured runs at replay: no swap now (it would wait). */
     if (gvm_capture_open(-1)) return;
-    gvm_recur_launch(used, n);
+    if (cfg->learn_loop) gvm_recur_launch(used, n);
     for (int i = 0; i < n; i++) {
         struct gvm_region *r = used[i];
         if (!GVM_LOAD(r->spilled_at) || GVM_LOAD(r->kind) == GVM_REGION_ALIAS) continue;

@@ -1,6 +1,7 @@
 #include "policy/victims.h"
 
 #include "core/live.h"
+#include "policy/policy.h"
 #include "policy/recur.h"
 
 #include <stdbool.h>
@@ -78,7 +79,8 @@ static int furthest_first(const void *a, const void *b)
 /* Orders by predicted next use when a period is known; false when not. */
 static bool by_next_use(struct gvm_victims *v, bool furthest)
 {
-    uint32_t period = gvm_recur_period();
+    const struct gvm_config *cfg = gvm_policy_cfg();
+    uint32_t period = cfg && cfg->learn_loop ? gvm_recur_period() : 0;
     if (!period) return false;
     for (size_t i = 0; i < v->n; i++) v->v[i].next_use = gvm_recur_next_use(v->v[i].r, period);
     qsort(v->v, v->n, sizeof *v->v, furthest_first);

@@ -846,7 +846,7 @@ static void train_launch(uintptr_t *const *bufs, int nb, int i)
     }
 }
 
-static void train_step(uintptr_t w[][TRAIN_N], bool forget)
+static void train_step(uintptr_t w[][TRAIN_N])
 {
     uintptr_t *W = w[0], *G = w[1], *M = w[2], *V = w[3], *D = w[4];
     uintptr_t *zero[] = {G}, *fwd[] = {W}, *lerp[] = {M, G}, *mul[] = {V}, *addcmul[] = {V, G}, *sqrt_[] = {V, D},
@@ -856,21 +856,22 @@ static void train_step(uintptr_t w[][TRAIN_N], bool forget)
         int nb;
     } passes[] = {{zero, 1}, {fwd, 1}, {lerp, 2}, {mul, 1}, {addcmul, 2}, {sqrt_, 2}, {div, 1}, {div, 1}, {addcdiv, 3}};
     for (size_t p = 0; p < sizeof passes / sizeof *passes; p++)
-        for (int i = 0; i < TRAIN_N; i++) {
-            if (forget) gvm_recur_reset();
-            train_launch(passes[p].b, passes[p].nb, i);
-        }
+        for (int i = 0; i < TRAIN_N; i++) train_launch(passes[p].b, passes[p].nb, i);
     for (int i = TRAIN_N - 1; i >= 0; i--) {   /* backward, last layer first */
         uintptr_t *bwd[] = {G};
-        if (forget) gvm_recur_reset();
         train_launch(bwd, 1, i);
     }
 }
 
-/* Moved bytes per step of that loop, after two steps to learn it. */
-static uint64_t train_moved_per_step(bool forget)
+enum train_learning { LEARN, LEARN_OFF, LEARN_OFF_LIVE };
+
+/* Moved bytes per step of that loop, after two steps to learn it; with
+ * learn_loop off from the start, or turned off (gvmctl set) after those
+ * two steps. */
+static uint64_t train_moved_per_step(enum train_learning how)
 {
-    const char *kv[] = {"device_limit", "0:20M", "spill", "host", "promote_interval", "3600s", NULL};
+    const char *kv[] = {"device_limit", "0:20M", "spill", "host", "promote_interval", "3600s",
+                        "learn_loop", how == LEARN_OFF ? "0" : "1", NULL};
     start_limited(kv);
     uintptr_t w[TRAIN_LISTS][TRAIN_N];
     for (int l = 0; l < TRAIN_LISTS; l++)
@@ -880,11 +881,19 @@ static uint64_t train_moved_per_step(bool forget)
         }
     uint64_t before = 0;
     for (int step = 0; step < 5; step++) {
+        if (step == 2 && how == LEARN_OFF_LIVE) {
+            CHECK(gvm_recur_period() != 0);
+            char *off[] = {"learn_loop=0"};
+            FILE *quiet = fopen("/dev/null", "w");
+            CHECK_EQ(gvm_policy_set(off, 1, quiet), GVM_OK);
+            fclose(quiet);
+        }
         if (step == 2) before = gvm_stats.bytes_migrated;
-        train_step(w, forget);
+        train_step(w);
         CHECK(simcuda_phys_bytes(0) <= 20 * MiB);
     }
-    CHECK_EQ(gvm_recur_period() != 0, !forget);
+    if (how == LEARN_OFF) CHECK_EQ(gvm_recur_period(), 0u);
+    if (how == LEARN) CHECK(gvm_recur_period() != 0);
     for (int l = 0; l < TRAIN_LISTS; l++)
         for (int i = 0; i < TRAIN_N; i++) {
             CHECK(intact(w[l][i], 2 * MiB, (uint8_t)(80 + l * TRAIN_N + i)));
@@ -899,7 +908,7 @@ static uint64_t train_moved_per_step(bool forget)
  * possible choice: an offline replay of this step (Belady, with one
  * buffer's room kept for the next swap, as the swap keeps it) moves 38
  * buffers of 2 MiB a step. */
-static uint64_t train_moved_in_a_child(bool forget)
+static uint64_t train_moved_in_a_child(enum train_learning how)
 {
     /* Each measurement starts its own policy (and promoter thread): in a
      * process of its own, as every case does. */
@@ -907,7 +916,7 @@ static uint64_t train_moved_in_a_child(bool forget)
     CHECK_EQ(pipe(fd), 0);
     pid_t pid = fork();
     if (pid == 0) {
-        uint64_t moved = train_moved_per_step(forget);
+        uint64_t moved = train_moved_per_step(how);
         _exit(write(fd[1], &moved, sizeof moved) == sizeof moved ? 0 : 1);
     }
     uint64_t moved = UINT64_MAX;
@@ -922,11 +931,21 @@ static uint64_t train_moved_in_a_child(bool forget)
 
 static void a_training_loop_is_learned(void)
 {
-    uint64_t recency = train_moved_in_a_child(true), learned = train_moved_in_a_child(false);
+    uint64_t recency = train_moved_in_a_child(LEARN_OFF), learned = train_moved_in_a_child(LEARN);
     fprintf(stderr, "moved per step: %lu MiB by recency, %lu MiB learned\n", (unsigned long)(recency >> 20),
             (unsigned long)(learned >> 20));
     CHECK(learned * 4 <= recency * 3);
     CHECK(learned <= 38 * 2 * MiB);
+}
+
+/* gvmctl set learn_loop=0 in a running process: from then on, the
+ * recency order (the loop stays as it was; what leaves changes). */
+static void learning_turned_off_live_keeps_the_recency_order(void)
+{
+    uint64_t learned = train_moved_in_a_child(LEARN), off = train_moved_in_a_child(LEARN_OFF_LIVE);
+    fprintf(stderr, "moved per step: %lu MiB learned, %lu MiB after learn_loop=0\n", (unsigned long)(learned >> 20),
+            (unsigned long)(off >> 20));
+    CHECK(off * 3 >= learned * 4);
 }
 
 /* A driver call failing anywhere in a two-way swap: every buffer keeps its
@@ -1054,6 +1073,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(failure_during_a_swap_keeps_data)
     TEST_ENTRY(a_wide_sweep_swaps_both_ways_at_once)
     TEST_ENTRY(a_training_loop_is_learned)
+    TEST_ENTRY(learning_turned_off_live_keeps_the_recency_order)
     TEST_ENTRY(failure_during_a_two_way_swap_keeps_data)
     TEST_ENTRY(a_raised_limit_lets_spilled_data_back)
     TEST_ENTRY(a_swap_skips_a_victim_in_use)
