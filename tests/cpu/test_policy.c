@@ -835,18 +835,20 @@ static void a_wide_sweep_swaps_both_ways_at_once(void)
  * buffers in, and which ones leave decides how many. */
 enum { TRAIN_N = 4, TRAIN_LISTS = 5 };
 
-static void train_launch(uintptr_t *const *bufs, int nb, int i)
+/* A launch on buffer i of each list in bufs; `home`: its buffers must be
+ * on the device when it runs (else a failed swap lets it read in place). */
+static void train_launch(uintptr_t *const *bufs, int nb, int i, bool home)
 {
     struct gvm_region *r[3] = {NULL, NULL, NULL};
     for (int k = 0; k < nb; k++) r[k] = gvm_heap_region(bufs[k][i]);
     gvm_policy_before_launch(r, nb);
     for (int k = 0; k < nb; k++) {
         touch(bufs[k][i]);
-        CHECK_EQ(where(bufs[k][i]), 0);
+        if (home) CHECK_EQ(where(bufs[k][i]), 0);
     }
 }
 
-static void train_step(uintptr_t w[][TRAIN_N])
+static void train_step_checked(uintptr_t w[][TRAIN_N], bool home)
 {
     uintptr_t *W = w[0], *G = w[1], *M = w[2], *V = w[3], *D = w[4];
     uintptr_t *zero[] = {G}, *fwd[] = {W}, *lerp[] = {M, G}, *mul[] = {V}, *addcmul[] = {V, G}, *sqrt_[] = {V, D},
@@ -856,12 +858,14 @@ static void train_step(uintptr_t w[][TRAIN_N])
         int nb;
     } passes[] = {{zero, 1}, {fwd, 1}, {lerp, 2}, {mul, 1}, {addcmul, 2}, {sqrt_, 2}, {div, 1}, {div, 1}, {addcdiv, 3}};
     for (size_t p = 0; p < sizeof passes / sizeof *passes; p++)
-        for (int i = 0; i < TRAIN_N; i++) train_launch(passes[p].b, passes[p].nb, i);
+        for (int i = 0; i < TRAIN_N; i++) train_launch(passes[p].b, passes[p].nb, i, home);
     for (int i = TRAIN_N - 1; i >= 0; i--) {   /* backward, last layer first */
         uintptr_t *bwd[] = {G};
-        train_launch(bwd, 1, i);
+        train_launch(bwd, 1, i, home);
     }
 }
+
+static void train_step(uintptr_t w[][TRAIN_N]) { train_step_checked(w, true); }
 
 enum train_learning { LEARN, LEARN_OFF, LEARN_OFF_LIVE };
 
@@ -946,6 +950,44 @@ static void learning_turned_off_live_keeps_the_recency_order(void)
     fprintf(stderr, "moved per step: %lu MiB learned, %lu MiB after learn_loop=0\n", (unsigned long)(learned >> 20),
             (unsigned long)(off >> 20));
     CHECK(off * 3 >= learned * 4);
+}
+
+/* A driver call failing anywhere in a step of a learned loop (in the
+ * swaps that bring buffers in and send the furthest-needed out): every
+ * buffer keeps its data, the device never holds more than its limit, the
+ * loop stays learned, and once freed nothing leaks. Every 7th call of a
+ * step is failed in turn (a step makes a few hundred). */
+static void failure_during_a_learned_step_keeps_data(void)
+{
+    gvm_log_set_level(GVM_LOG_ERROR);
+    const char *kv[] = {"device_limit", "0:20M", "spill", "host", "promote_interval", "3600s", NULL};
+    start_limited(kv);
+    struct leaks base = leaks_now();
+    uintptr_t w[TRAIN_LISTS][TRAIN_N];
+    for (int l = 0; l < TRAIN_LISTS; l++)
+        for (int i = 0; i < TRAIN_N; i++) {
+            w[l][i] = palloc(2 * MiB);
+            fill(w[l][i], 2 * MiB, (uint8_t)(100 + l * TRAIN_N + i));
+        }
+    for (int step = 0; step < 3; step++) train_step(w);
+    CHECK(gvm_recur_period() != 0);
+    bool fired = true;
+    unsigned long k = 1;
+    for (; fired; k += 7) {
+        unsigned long calls = simcuda_call_count();
+        simcuda_fail_nth(k, CUDA_ERROR_ILLEGAL_STATE);
+        train_step_checked(w, false);
+        fired = simcuda_call_count() - calls >= k;
+        simcuda_fail_nth(0, CUDA_SUCCESS);
+        CHECK(simcuda_phys_bytes(0) <= 20 * MiB);
+        CHECK(gvm_recur_period() != 0);
+        for (int l = 0; l < TRAIN_LISTS; l++)
+            for (int i = 0; i < TRAIN_N; i++) CHECK(intact(w[l][i], 2 * MiB, (uint8_t)(100 + l * TRAIN_N + i)));
+    }
+    CHECK(k > 100);   /* the failures reached deep into the step, not just its start */
+    for (int l = 0; l < TRAIN_LISTS; l++)
+        for (int i = 0; i < TRAIN_N; i++) CHECK_EQ(gvm_policy_free(w[l][i]), CUDA_SUCCESS);
+    CHECK_NO_LEAK(base);
 }
 
 /* A driver call failing anywhere in a two-way swap: every buffer keeps its
@@ -1074,6 +1116,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(a_wide_sweep_swaps_both_ways_at_once)
     TEST_ENTRY(a_training_loop_is_learned)
     TEST_ENTRY(learning_turned_off_live_keeps_the_recency_order)
+    TEST_ENTRY(failure_during_a_learned_step_keeps_data)
     TEST_ENTRY(failure_during_a_two_way_swap_keeps_data)
     TEST_ENTRY(a_raised_limit_lets_spilled_data_back)
     TEST_ENTRY(a_swap_skips_a_victim_in_use)
