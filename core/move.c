@@ -197,8 +197,6 @@ void gvm_move_gate_enter(void)
     }
 }
 
-bool gvm_move_under_way(void) { return __atomic_load_n(&moves_active, __ATOMIC_RELAXED) != 0; }
-
 void gvm_move_gate_leave(void) { __atomic_fetch_sub(&gate_users, 1, __ATOMIC_SEQ_CST); }
 
 void gvm_move_enter(struct gvm_region *r)

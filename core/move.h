@@ -46,9 +46,6 @@ void gvm_use_end(struct gvm_region *r);
 void gvm_move_gate_enter(void);
 void gvm_move_gate_leave(void);
 
-/* Whether any move is under way. */
-bool gvm_move_under_way(void);
-
 /* True while this thread trims idle memory to make room for a move: a
  * chunk being moved must then not be waited for (core/slab.c). */
 bool gvm_move_making_room(void);

@@ -40,12 +40,19 @@ static int pick_target(int device, size_t bytes)
     return GVM_LOC_NONE;
 }
 
+/* Every spill of a region goes through here: the first one starts the
+ * learning of the program's loop (policy/recur.h). */
+static CUresult spill_to(struct gvm_region *r, int to, unsigned how)
+{
+    gvm_recur_start();
+    return gvm_relocate(r, to, GVM_RELOC_SPILL | how);
+}
+
 /* Sends one region away from its device `device`. True when it moved. */
 static bool evict(struct gvm_region *r, int device, unsigned how)
 {
     int to = pick_target(device, GVM_LOAD(r->mapped));
-    gvm_recur_start();
-    return to != GVM_LOC_NONE && gvm_relocate(r, to, GVM_RELOC_SPILL | how) == CUDA_SUCCESS;
+    return to != GVM_LOC_NONE && spill_to(r, to, how) == CUDA_SUCCESS;
 }
 
 static CUresult try_alloc(size_t size, int device, CUcontext ctx, int tag, uintptr_t *out)
@@ -108,8 +115,7 @@ CUresult gvm_spill_down_to(int device, size_t limit, size_t *moved)
         size_t bytes = GVM_LOAD(v.v[i].r->mapped);
         int to = pick_target(device, bytes);
         if (to == GVM_LOC_NONE) continue;   /* a smaller one may still fit */
-        gvm_recur_start();
-        rc = gvm_relocate(v.v[i].r, to, GVM_RELOC_SPILL);
+        rc = spill_to(v.v[i].r, to, 0);
         if (rc == CUDA_SUCCESS) {
             *moved += bytes;
             gvm_heap_trim(device);   /* what moved out went to the pool */
