@@ -84,6 +84,11 @@
       "at most this many bytes promoted per second (more than 0)")             \
     X(promote_interval, millis, "50ms", live,                                  \
       "how often the promoter looks (1ms to 1h)")                              \
+    X(swap_in, swap_in, "host", live,                                          \
+      "which spilled allocations a kernel launch brings back to its device "   \
+      "when other data must leave for them: host (those on host memory; "      \
+      "those on a peer GPU are read in place over the peer link), all, or "    \
+      "none (every kernel reads spilled data in place)")                       \
     X(learn_loop, bool, "1", live,                                             \
       "once spilling, learn the program's loop from its launches and send "    \
       "out first what it needs furthest ahead (0: least recently used first)") \
@@ -108,7 +113,8 @@
     E(host_access, GVM_HOST_ACCESS_VALUES)                                     \
     E(spill_mode, GVM_SPILL_MODE_VALUES)                                       \
     E(track_launches, GVM_TRACK_LAUNCHES_VALUES)                               \
-    E(host_prefill, GVM_HOST_PREFILL_VALUES)
+    E(host_prefill, GVM_HOST_PREFILL_VALUES)                                   \
+    E(swap_in, GVM_SWAP_IN_VALUES)
 
 /* Same order as enum gvm_log_level in core/log.h. */
 #define GVM_LEVEL_VALUES(V)                                                    \
@@ -137,6 +143,11 @@
     V(GVM_CFG_PREFILL_AUTO, auto)                                              \
     V(GVM_CFG_PREFILL_ON, on)                                                  \
     V(GVM_CFG_PREFILL_OFF, off)
+
+#define GVM_SWAP_IN_VALUES(V)                                                  \
+    V(GVM_CFG_SWAP_IN_HOST, host)                                              \
+    V(GVM_CFG_SWAP_IN_ALL, all)                                                \
+    V(GVM_CFG_SWAP_IN_NONE, none)
 
 /* The other types: T(type, "what a value looks like", for the help). */
 #define GVM_OPTION_TYPES(T)                                                    \

@@ -152,11 +152,12 @@ static size_t add_sat(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX :
  * than the deficit; at least the deficit. Returns how many of v must leave
  * before the incoming region can come (they cover the deficit), or -1 when
  * the device cannot make room. */
-static long pick_victims(struct gvm_region *r, size_t need, size_t room, struct gvm_region *const *used, int n,
-                         struct gvm_victims *v)
+static long pick_victims(struct gvm_region *r, size_t need, size_t room, bool may_evict, struct gvm_region *const *used,
+                         int n, struct gvm_victims *v)
 {
     int device = GVM_LOAD(r->home);
     size_t deficit = need > room ? need - room : 0;
+    if (!may_evict) return deficit ? -1 : 0;   /* it comes in alone, or not now */
     uint64_t since = GVM_LOAD(r->last_use);
     /* Room for the next swap is made only where it lacks: with the limit
      * raised (gvmctl set), spilled data comes back without sending other
@@ -187,7 +188,7 @@ static int targets(const struct gvm_victims *v, size_t from, int device, struct 
     return m;
 }
 
-static void swap_in(struct gvm_region *r, struct gvm_region *const *used, int n)
+static void swap_in(struct gvm_region *r, bool may_evict, struct gvm_region *const *used, int n)
 {
     int device = GVM_LOAD(r->home);
     if (device < 0 || device >= gvm_topo.ndev) return;
@@ -195,7 +196,7 @@ static void swap_in(struct gvm_region *r, struct gvm_region *const *used, int n)
     /* Pieces pooled at the device are taken first by the incoming region. */
     size_t need = GVM_LOAD(r->mapped), room = add_sat(gvm_policy_room(device), gvm_phys_pooled(device));
     struct gvm_victims v = {0};
-    long first = pick_victims(r, need, room, used, n, &v);
+    long first = pick_victims(r, need, room, may_evict, used, n, &v);
     if (first < 0 || gvm_topo_quiesce() != CUDA_SUCCESS) {
         gvm_victims_free(&v);
         return;   /* nothing may leave: the kernel reads it where it is */
@@ -217,6 +218,23 @@ static void swap_in(struct gvm_region *r, struct gvm_region *const *used, int n)
     gvm_victims_free(&v);
 }
 
+/* Whether other data may leave so that spilled r comes in for a launch
+ * (option swap_in). A kernel reading r where it lies goes at the speed
+ * its access pattern gets across the link; a swap moves r in and as much
+ * out, and remaps both. Over PCIe the swap wins: the read loop's GEMV
+ * read host memory in place at 3.27x the link bound, swapped at 1.62x.
+ * Over NVLink reading in place wins: 1.54x against 2.01x for the read
+ * loop, 5.21x against 7.15x for the training step (bench/spill.py, two
+ * H200s, 2026-11-24, 1.5x a 4 GiB limit). */
+static bool may_evict_for(const struct gvm_config *cfg, struct gvm_region *r)
+{
+    switch (cfg->swap_in) {
+    case GVM_CFG_SWAP_IN_ALL: return true;
+    case GVM_CFG_SWAP_IN_NONE: return false;
+    default: return gvm_region_location(r) == GVM_LOC_HOST;
+    }
+}
+
 void gvm_policy_before_launch(struct gvm_region *const *used, int n)
 {
     const struct gvm_config *cfg = gvm_policy_cfg();
@@ -227,6 +245,6 @@ void gvm_policy_before_launch(struct gvm_region *const *used, int n)
     for (int i = 0; i < n; i++) {
         struct gvm_region *r = used[i];
         if (!GVM_LOAD(r->spilled_at) || GVM_LOAD(r->kind) == GVM_REGION_ALIAS) continue;
-        swap_in(r, used, n);
+        swap_in(r, may_evict_for(cfg, r), used, n);
     }
 }

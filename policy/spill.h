@@ -24,7 +24,9 @@ CUresult gvm_spill_down_to(int device, size_t limit, size_t *moved);
 
 /* Called before a kernel launch with the regions its arguments reach (not
  * yet announced): spilled ones are brought back to their device now, after
- * enough regions the launch does not use have left to make room. */
+ * enough regions the launch does not use have left to make room; where
+ * option swap_in says so (by default, data on a peer GPU), only when they
+ * fit without others leaving: else the kernel reads them in place. */
 void gvm_policy_before_launch(struct gvm_region *const *used, int n);
 
 #endif

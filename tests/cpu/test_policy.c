@@ -310,6 +310,68 @@ static void launch_on_spilled_data_swaps_it_in(void)
     CHECK_EQ(where(b), GVM_HOST);
 }
 
+static void policy_set(const char *kv)
+{
+    char *args[] = {(char *)kv};
+    FILE *quiet = fopen("/dev/null", "w");
+    CHECK_EQ(gvm_policy_set(args, 1, quiet), GVM_OK);
+    fclose(quiet);
+}
+
+/* Data spilled to a peer GPU is read in place over the peer link by a
+ * launch that reaches it (option swap_in=host, the default): nothing
+ * leaves for it and nothing moves. swap_in=all swaps it in as host data
+ * is; with room to spare it comes back in either mode. */
+static void data_on_a_peer_is_read_in_place(void)
+{
+    const char *kv[] = {"device_limit", "0:64M", "spill", "peer", "promote_interval", "3600s", NULL};
+    start_policy(kv);
+    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
+    fill(a, 24 * MiB, 11);
+    fill(b, 24 * MiB, 12);
+    touch(b);
+    uintptr_t c = palloc(24 * MiB);          /* a leaves for the peer */
+    CHECK_EQ(where(a), 1);
+    uint64_t moved = gvm_stats.bytes_migrated;
+    struct gvm_region *used[2] = {gvm_heap_region(a), gvm_heap_region(c)};
+    gvm_policy_before_launch(used, 2);
+    CHECK_EQ(where(a), 1);
+    CHECK_EQ(where(b), 0);
+    CHECK_EQ(gvm_stats.bytes_migrated, moved);
+    policy_set("swap_in=all");
+    gvm_policy_before_launch(used, 2);
+    CHECK_EQ(where(a), 0);
+    CHECK_EQ(where(b), 1);                   /* the one the launch does not use */
+    CHECK(gvm_policy_usage(0) <= 64 * MiB);
+    policy_set("swap_in=host");
+    CHECK_EQ(gvm_policy_free(c), CUDA_SUCCESS);
+    struct gvm_region *rb = gvm_heap_region(b);
+    gvm_policy_before_launch(&rb, 1);        /* it fits: it comes in alone */
+    CHECK_EQ(where(b), 0);
+    CHECK_EQ(where(a), 0);
+    CHECK(intact(a, 24 * MiB, 11) && intact(b, 24 * MiB, 12));
+}
+
+/* swap_in=none: every kernel reads spilled data where it lies, host
+ * memory included, until room returns. */
+static void swap_in_none_reads_host_data_in_place(void)
+{
+    const char *kv[] = {"device_limit", "0:64M", "spill", "host", "promote_interval", "3600s", "swap_in", "none",
+                        NULL};
+    start_policy(kv);
+    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
+    fill(a, 24 * MiB, 21);
+    touch(b);
+    uintptr_t c = palloc(24 * MiB);
+    CHECK_EQ(where(a), GVM_HOST);
+    uint64_t moved = gvm_stats.bytes_migrated;
+    struct gvm_region *used[2] = {gvm_heap_region(a), gvm_heap_region(c)};
+    gvm_policy_before_launch(used, 2);
+    CHECK_EQ(where(a), GVM_HOST);
+    CHECK_EQ(gvm_stats.bytes_migrated, moved);
+    CHECK(intact(a, 24 * MiB, 21));
+}
+
 /* A loop sweeping its buffers in order, one more than the device holds:
  * each sweep must move about one buffer each way, not all of them. */
 static void a_cyclic_sweep_does_not_thrash(void)
@@ -1096,6 +1158,8 @@ static const struct test_case cases[] = {
     TEST_ENTRY(fails_only_when_no_target_has_room)
     TEST_ENTRY(used_spilled_data_is_promoted_when_room_returns)
     TEST_ENTRY(launch_on_spilled_data_swaps_it_in)
+    TEST_ENTRY(data_on_a_peer_is_read_in_place)
+    TEST_ENTRY(swap_in_none_reads_host_data_in_place)
     TEST_ENTRY(a_cyclic_sweep_does_not_thrash)
     TEST_ENTRY(a_sweep_with_a_shared_scalar_learns_its_period)
     TEST_ENTRY(the_loop_model_learns_and_unlearns)
