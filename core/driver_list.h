@@ -9,7 +9,7 @@
 #define GVM_DRIVER_CORE(R, O)                                                  \
     R(cuInit) R(cuDriverGetVersion) R(cuGetErrorString) R(cuGetErrorName)      \
     R(cuDeviceGetCount) R(cuDeviceGet) R(cuDeviceGetAttribute)                 \
-    R(cuDeviceCanAccessPeer) R(cuDeviceTotalMem_v2)                            \
+    R(cuDeviceCanAccessPeer) O(cuDeviceGetP2PAttribute) R(cuDeviceTotalMem_v2) \
     R(cuDevicePrimaryCtxRetain) R(cuDevicePrimaryCtxRelease_v2)             \
     O(cuDevicePrimaryCtxGetState)                \
     R(cuCtxGetCurrent) R(cuCtxSetCurrent) R(cuCtxPushCurrent_v2)               \

@@ -60,6 +60,13 @@ static void read_host(void)
     if (g > gvm_topo.gran) gvm_topo.gran = g;
 }
 
+static bool native_atomics(int a, int b)
+{
+    int v = 0;
+    return gvm_drv.cuDeviceGetP2PAttribute &&
+           DRV(cuDeviceGetP2PAttribute, &v, CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED, a, b) == CUDA_SUCCESS && v;
+}
+
 CUresult gvm_topo_init(void)
 {
     int n = 0;
@@ -76,6 +83,7 @@ CUresult gvm_topo_init(void)
             int ok = a == b;
             if (!ok && DRV(cuDeviceCanAccessPeer, &ok, a, b) != CUDA_SUCCESS) ok = 0;
             gvm_topo.peer[a][b] = (unsigned char)ok;
+            gvm_topo.nvlink[a][b] = (unsigned char)(a != b && ok && native_atomics(a, b));
         }
     for (int d = 0; d < n; d++) gvm_topo.reach[d] |= 1u << d;   /* peers enabled before the start stay */
     if (n > 0) read_host();
@@ -88,6 +96,11 @@ bool gvm_topo_reaches(int dev, int loc)
     if (loc == GVM_LOC_HOST) return true;
     if (loc < 0 || loc >= gvm_topo.ndev) return false;
     return gvm_topo.peer[dev][loc];
+}
+
+bool gvm_topo_nvlinked(int dev, int loc)
+{
+    return dev >= 0 && dev < gvm_topo.ndev && loc >= 0 && loc < gvm_topo.ndev && gvm_topo.nvlink[dev][loc];
 }
 
 static void grant(CUmemAccessDesc *d, CUmemLocationType type, int id)

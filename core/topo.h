@@ -34,6 +34,10 @@ struct gvm_topo {
     CUmemLocationType host_type;
     size_t gran;          /* the largest granularity of all locations */
     unsigned char peer[GVM_MAX_DEVICES][GVM_MAX_DEVICES]; /* peer[a][b]: a reaches b's memory */
+    /* nvlink[a][b]: a reaches b's memory over NVLink (or a chip-to-chip
+     * link), told by native atomics between them, which PCIe lacks:
+     * kernels read over it in place near the copy engines' speed. */
+    unsigned char nvlink[GVM_MAX_DEVICES][GVM_MAX_DEVICES];
     /* reach[o]: the devices (bit per ordinal) granted access to the memory
      * of allocations made on device o, wherever it lives: o itself, and
      * every device the program enabled peer access for to o's memory
@@ -49,6 +53,9 @@ CUresult gvm_topo_init(void);
 
 /* True when a kernel on device `dev` can read memory at location `loc`. */
 bool gvm_topo_reaches(int dev, int loc);
+
+/* True when `loc` is another device that `dev` reaches over NVLink. */
+bool gvm_topo_nvlinked(int dev, int loc);
 
 /* Fills descs with access for the devices in mask (bit per ordinal) that
  * are served and reach memory at loc, plus the CPU when cpu is set (host

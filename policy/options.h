@@ -86,9 +86,9 @@
       "how often the promoter looks (1ms to 1h)")                              \
     X(swap_in, swap_in, "host", live,                                          \
       "which spilled allocations a kernel launch brings back to its device "   \
-      "when other data must leave for them: host (those on host memory; "      \
-      "those on a peer GPU are read in place over the peer link), all, or "    \
-      "none (every kernel reads spilled data in place)")                       \
+      "when other data must leave for them: host (all but those on a peer "    \
+      "GPU joined by NVLink: read in place over it), all, or none (every "     \
+      "kernel reads spilled data in place)")                                   \
     X(learn_loop, bool, "1", live,                                             \
       "once spilling, learn the program's loop from its launches and send "    \
       "out first what it needs furthest ahead (0: least recently used first)") \

@@ -225,13 +225,14 @@ static void swap_in(struct gvm_region *r, bool may_evict, struct gvm_region *con
  * read host memory in place at 3.27x the link bound, swapped at 1.62x.
  * Over NVLink reading in place wins: 1.54x against 2.01x for the read
  * loop, 5.21x against 7.15x for the training step (bench/spill.py, two
- * H200s, 2026-11-24, 1.5x a 4 GiB limit). */
+ * H200s, 2026-11-24, 1.5x a 4 GiB limit). Peers joined by PCIe only are
+ * treated as host memory is. */
 static bool may_evict_for(const struct gvm_config *cfg, struct gvm_region *r)
 {
     switch (cfg->swap_in) {
     case GVM_CFG_SWAP_IN_ALL: return true;
     case GVM_CFG_SWAP_IN_NONE: return false;
-    default: return gvm_region_location(r) == GVM_LOC_HOST;
+    default: return !gvm_topo_nvlinked(GVM_LOAD(r->home), gvm_region_location(r));
     }
 }
 

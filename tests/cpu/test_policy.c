@@ -318,7 +318,7 @@ static void policy_set(const char *kv)
     fclose(quiet);
 }
 
-/* Data spilled to a peer GPU is read in place over the peer link by a
+/* Data spilled to a peer GPU joined by NVLink is read in place by a
  * launch that reaches it (option swap_in=host, the default): nothing
  * leaves for it and nothing moves. swap_in=all swaps it in as host data
  * is; with room to spare it comes back in either mode. */
@@ -326,6 +326,7 @@ static void data_on_a_peer_is_read_in_place(void)
 {
     const char *kv[] = {"device_limit", "0:64M", "spill", "peer", "promote_interval", "3600s", NULL};
     start_policy(kv);
+    CHECK(gvm_topo_nvlinked(0, 1));
     uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
     fill(a, 24 * MiB, 11);
     fill(b, 24 * MiB, 12);
@@ -350,6 +351,27 @@ static void data_on_a_peer_is_read_in_place(void)
     CHECK_EQ(where(b), 0);
     CHECK_EQ(where(a), 0);
     CHECK(intact(a, 24 * MiB, 11) && intact(b, 24 * MiB, 12));
+}
+
+/* Peers joined by PCIe only (no native atomics between them): peer data
+ * is swapped in as host data is, by default. */
+static void data_on_a_pcie_peer_is_swapped_in(void)
+{
+    simcuda_set_peer_pcie(1);
+    const char *kv[] = {"device_limit", "0:64M", "spill", "peer", "promote_interval", "3600s", NULL};
+    start_policy(kv);
+    CHECK(!gvm_topo_nvlinked(0, 1) && gvm_topo_reaches(0, 1));
+    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
+    fill(a, 24 * MiB, 31);
+    fill(b, 24 * MiB, 32);
+    touch(b);
+    uintptr_t c = palloc(24 * MiB);
+    CHECK_EQ(where(a), 1);
+    struct gvm_region *used[2] = {gvm_heap_region(a), gvm_heap_region(c)};
+    gvm_policy_before_launch(used, 2);
+    CHECK_EQ(where(a), 0);
+    CHECK_EQ(where(b), 1);
+    CHECK(intact(a, 24 * MiB, 31) && intact(b, 24 * MiB, 32));
 }
 
 /* swap_in=none: every kernel reads spilled data where it lies, host
@@ -1159,6 +1181,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(used_spilled_data_is_promoted_when_room_returns)
     TEST_ENTRY(launch_on_spilled_data_swaps_it_in)
     TEST_ENTRY(data_on_a_peer_is_read_in_place)
+    TEST_ENTRY(data_on_a_pcie_peer_is_swapped_in)
     TEST_ENTRY(swap_in_none_reads_host_data_in_place)
     TEST_ENTRY(a_cyclic_sweep_does_not_thrash)
     TEST_ENTRY(a_sweep_with_a_shared_scalar_learns_its_period)

@@ -205,6 +205,31 @@ CUresult CUDAAPI cuDeviceCanAccessPeer(int *canAccessPeer, CUdevice dev, CUdevic
     SIM_API(cuDeviceCanAccessPeer, SIM_READ, sim_can_access_peer(canAccessPeer, dev, peerDev));
 }
 
+/* Peers are NVLink-joined (native atomics) unless SIMCUDA_PEER_PCIE. */
+static CUresult sim_p2p_attribute(int *value, CUdevice_P2PAttribute attrib, CUdevice src, CUdevice dst)
+{
+    if (!value)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_dev_valid(src) || !sim_dev_valid(dst) || src == dst)
+        return CUDA_ERROR_INVALID_DEVICE;
+    int ok = sim_peer_ok(src, dst);
+    switch (attrib) {
+    case CU_DEVICE_P2P_ATTRIBUTE_PERFORMANCE_RANK: *value = 0; break;
+    case CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED:
+    case CU_DEVICE_P2P_ATTRIBUTE_CUDA_ARRAY_ACCESS_SUPPORTED: *value = ok; break;
+    case CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED:
+        *value = ok && !__atomic_load_n(&sim.pcie_peer, __ATOMIC_RELAXED);
+        break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attrib, CUdevice src, CUdevice dst)
+{
+    SIM_API(cuDeviceGetP2PAttribute, SIM_READ, sim_p2p_attribute(value, attrib, src, dst));
+}
+
 /* ---- peer access --------------------------------------------------------- */
 
 int sim_ctx_reaches(int dev)

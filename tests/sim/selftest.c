@@ -184,6 +184,16 @@ static void test_devices(void)
     CHECK(can == 0);
     simcuda_set_peer(1);
     CHECK_RC(cuDeviceCanAccessPeer(&can, 0, 7), CUDA_ERROR_INVALID_DEVICE);
+
+    CU_OK(cuDeviceGetP2PAttribute(&can, CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED, 0, 1));
+    CHECK(can == 1);
+    simcuda_set_peer_pcie(1);
+    CU_OK(cuDeviceGetP2PAttribute(&can, CU_DEVICE_P2P_ATTRIBUTE_NATIVE_ATOMIC_SUPPORTED, 0, 1));
+    CHECK(can == 0);
+    CU_OK(cuDeviceGetP2PAttribute(&can, CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED, 0, 1));
+    CHECK(can == 1);
+    simcuda_set_peer_pcie(0);
+    CHECK_RC(cuDeviceGetP2PAttribute(&can, CU_DEVICE_P2P_ATTRIBUTE_ACCESS_SUPPORTED, 0, 0), CUDA_ERROR_INVALID_DEVICE);
 }
 
 static void test_contexts(void)

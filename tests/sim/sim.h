@@ -107,7 +107,7 @@ struct sim_state {
     pthread_rwlock_t lock;
     int initialized;
     unsigned generation; /* bumped by simcuda_reset to drop TLS stacks */
-    int ndev, no_vmm, no_peer, tracing, cpu_faults;
+    int ndev, no_vmm, no_peer, pcie_peer, tracing, cpu_faults;
     struct sim_device dev[SIM_MAX_DEVICES];
     size_t host_capacity, host_used;
     struct sim_vec natives, resvs, maps, handles, streams, events, funcs;

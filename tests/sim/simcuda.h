@@ -56,12 +56,15 @@ int simcuda_location_of(CUdeviceptr p); /* ordinal, LOC_HOST or LOC_UNMAPPED */
 
 /* Configuration. Environment (read at first use) gives the defaults:
  * SIMCUDA_DEVICES (2), SIMCUDA_MEM ("256M" or "0:64M,1:128M"),
- * SIMCUDA_HOST_MEM ("1G"), SIMCUDA_NO_VMM=1, SIMCUDA_NO_PEER=1,
+ * SIMCUDA_HOST_MEM ("1G"), SIMCUDA_NO_VMM=1, SIMCUDA_NO_PEER=1, SIMCUDA_PEER_PCIE=1,
  * SIMCUDA_TRACE=1, SIMCUDA_CPU_FAULTS=1. */
 void simcuda_set_capacity(int location, size_t bytes); /* any time */
 void simcuda_set_devices(int n);  /* before cuInit or after simcuda_reset */
 void simcuda_set_vmm(int supported);   /* like SIMCUDA_NO_VMM; any time */
 void simcuda_set_peer(int supported);  /* like SIMCUDA_NO_PEER; any time */
+/* Peers joined by PCIe (no native atomics between them) rather than by
+ * NVLink, as cuDeviceGetP2PAttribute answers; like SIMCUDA_PEER_PCIE=1. */
+void simcuda_set_peer_pcie(int pcie);
 /* As on a GPU: a CPU touch of host-located memory mapped without CPU
  * access faults (SIGSEGV), while copies, sets and the device side keep
  * working. Off by default (any granted access makes the pages readable).

@@ -117,6 +117,7 @@ static void sim_config_from_env(void)
     }
     sim.no_vmm = sim_env_flag("SIMCUDA_NO_VMM");
     sim.no_peer = sim_env_flag("SIMCUDA_NO_PEER");
+    sim.pcie_peer = sim_env_flag("SIMCUDA_PEER_PCIE");
     sim.tracing = sim_env_flag("SIMCUDA_TRACE");
     sim.cpu_faults = sim_env_flag("SIMCUDA_CPU_FAULTS");
 }
@@ -371,6 +372,12 @@ void simcuda_set_peer(int supported)
 {
     sim_config_load();
     __atomic_store_n(&sim.no_peer, !supported, __ATOMIC_RELAXED);
+}
+
+void simcuda_set_peer_pcie(int pcie)
+{
+    sim_config_load();
+    __atomic_store_n(&sim.pcie_peer, pcie, __ATOMIC_RELAXED);
 }
 
 void simcuda_trace(int on)
