@@ -310,6 +310,22 @@ static void launch_on_spilled_data_swaps_it_in(void)
     CHECK_EQ(where(b), GVM_HOST);
 }
 
+/* a, b, then c at a 64 MiB limit: a (the least recently used) leaves. */
+struct trio {
+    uintptr_t a, b, c;
+};
+
+static struct trio spill_the_first(const char *const *kv, uint32_t seed)
+{
+    start_policy(kv);
+    struct trio t = {.a = palloc(24 * MiB), .b = palloc(24 * MiB)};
+    fill(t.a, 24 * MiB, seed);
+    fill(t.b, 24 * MiB, seed + 1);
+    touch(t.b);
+    t.c = palloc(24 * MiB);
+    return t;
+}
+
 static void policy_set(const char *kv)
 {
     char *args[] = {(char *)kv};
@@ -325,14 +341,10 @@ static void policy_set(const char *kv)
 static void data_on_a_peer_is_read_in_place(void)
 {
     const char *kv[] = {"device_limit", "0:64M", "spill", "peer", "promote_interval", "3600s", NULL};
-    start_policy(kv);
+    struct trio t = spill_the_first(kv, 11);
+    uintptr_t a = t.a, b = t.b, c = t.c;
     CHECK(gvm_topo_nvlinked(0, 1));
-    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
-    fill(a, 24 * MiB, 11);
-    fill(b, 24 * MiB, 12);
-    touch(b);
-    uintptr_t c = palloc(24 * MiB);          /* a leaves for the peer */
-    CHECK_EQ(where(a), 1);
+    CHECK_EQ(where(a), 1);                   /* a left for the peer */
     uint64_t moved = gvm_stats.bytes_migrated;
     struct gvm_region *used[2] = {gvm_heap_region(a), gvm_heap_region(c)};
     gvm_policy_before_launch(used, 2);
@@ -359,13 +371,9 @@ static void data_on_a_pcie_peer_is_swapped_in(void)
 {
     simcuda_set_peer_pcie(1);
     const char *kv[] = {"device_limit", "0:64M", "spill", "peer", "promote_interval", "3600s", NULL};
-    start_policy(kv);
+    struct trio t = spill_the_first(kv, 31);
+    uintptr_t a = t.a, b = t.b, c = t.c;
     CHECK(!gvm_topo_nvlinked(0, 1) && gvm_topo_reaches(0, 1));
-    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
-    fill(a, 24 * MiB, 31);
-    fill(b, 24 * MiB, 32);
-    touch(b);
-    uintptr_t c = palloc(24 * MiB);
     CHECK_EQ(where(a), 1);
     struct gvm_region *used[2] = {gvm_heap_region(a), gvm_heap_region(c)};
     gvm_policy_before_launch(used, 2);
@@ -374,17 +382,25 @@ static void data_on_a_pcie_peer_is_swapped_in(void)
     CHECK(intact(a, 24 * MiB, 31) && intact(b, 24 * MiB, 32));
 }
 
+/* A failed link query leaves that pair counted as PCIe-joined (swaps, as
+ * before the in-place reads), and the start goes on. */
+static void a_failed_link_query_counts_as_pcie(void)
+{
+    simcuda_fail_call("cuDeviceGetP2PAttribute", 1, CUDA_ERROR_UNKNOWN);
+    const char *kv[] = {"device_limit", "0:64M", "spill", "peer", NULL};
+    start_policy(kv);
+    CHECK(!gvm_topo_nvlinked(0, 1) && gvm_topo_reaches(0, 1));
+    CHECK(gvm_topo_nvlinked(1, 0));
+}
+
 /* swap_in=none: every kernel reads spilled data where it lies, host
  * memory included, until room returns. */
 static void swap_in_none_reads_host_data_in_place(void)
 {
     const char *kv[] = {"device_limit", "0:64M", "spill", "host", "promote_interval", "3600s", "swap_in", "none",
                         NULL};
-    start_policy(kv);
-    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
-    fill(a, 24 * MiB, 21);
-    touch(b);
-    uintptr_t c = palloc(24 * MiB);
+    struct trio t = spill_the_first(kv, 21);
+    uintptr_t a = t.a, c = t.c;
     CHECK_EQ(where(a), GVM_HOST);
     uint64_t moved = gvm_stats.bytes_migrated;
     struct gvm_region *used[2] = {gvm_heap_region(a), gvm_heap_region(c)};
@@ -1182,6 +1198,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(launch_on_spilled_data_swaps_it_in)
     TEST_ENTRY(data_on_a_peer_is_read_in_place)
     TEST_ENTRY(data_on_a_pcie_peer_is_swapped_in)
+    TEST_ENTRY(a_failed_link_query_counts_as_pcie)
     TEST_ENTRY(swap_in_none_reads_host_data_in_place)
     TEST_ENTRY(a_cyclic_sweep_does_not_thrash)
     TEST_ENTRY(a_sweep_with_a_shared_scalar_learns_its_period)
