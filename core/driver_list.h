@@ -26,7 +26,9 @@
     O(cuGetProcAddress) O(cuGetProcAddress_v2)
 
 /* Entry points the preload layer replaces by a hook of the same name
- * (besides the two resolvers above): always ... */
+ * (besides the two resolvers above, and cuMemCreate and cuMemRelease, which
+ * count the device memory a program creates itself: preload/hooks_vmm.c):
+ * always ... */
 #define GVM_DRIVER_SERVED(R, O)                                                \
     O(cuMemAlloc_v2) O(cuMemAllocPitch_v2) O(cuMemFree_v2) O(cuMemGetInfo_v2)  \
     O(cuMemGetAddressRange_v2) O(cuPointerGetAttribute)                        \

@@ -2,6 +2,7 @@
  * when a device is full (policy/spill.c). Decisions are logged at debug. */
 #include "policy/place.h"
 
+#include "core/direct.h"
 #include "core/heap.h"
 #include "core/held.h"
 #include "core/log.h"
@@ -74,6 +75,24 @@ CUresult gvm_policy_alloc(size_t size, int device, CUcontext ctx, int tag, uintp
 }
 
 CUresult gvm_policy_free(uintptr_t p) { return gvm_heap_free(p); }
+
+/* Room is made for memory the program creates itself as for an
+ * allocation: idle memory goes back first, then, with spill on, gvmshim's
+ * own allocations leave the device (the program's cannot move). */
+CUresult gvm_policy_reserve_direct(int device, size_t bytes)
+{
+    if (gvm_direct_reserve(device, bytes)) return CUDA_SUCCESS;
+    if (gvm_heap_trim(device) && gvm_direct_reserve(device, bytes)) return CUDA_SUCCESS;
+    size_t cap = gvm_held_cap(device), moved = 0;
+    if (gvm_policy_cfg()->spill.n > 0 && bytes <= cap && gvm_spill_down_to(device, cap - bytes, &moved) == CUDA_SUCCESS &&
+        gvm_direct_reserve(device, bytes)) {
+        gvm_debug("spill: moved %zu bytes off device %d for %zu bytes the program creates", moved, device, bytes);
+        return CUDA_SUCCESS;
+    }
+    gvm_debug("refused %zu bytes the program creates on device %d: it holds %zu under a cap of %zu", bytes, device,
+              gvm_held_bytes(device), cap);
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
 
 void gvm_policy_meminfo(int device, size_t *free_bytes, size_t *total_bytes)
 {

@@ -19,6 +19,12 @@ CUresult gvm_policy_alloc(size_t size, int device, CUcontext ctx, int tag, uintp
 /* Frees a gvmshim allocation (CUDA_ERROR_NOT_FOUND: not ours). */
 CUresult gvm_policy_free(uintptr_t p);
 
+/* Reserves room under device's cap for bytes of device memory the program
+ * creates itself (core/direct.h), making room as an allocation would;
+ * CUDA_ERROR_OUT_OF_MEMORY (what cuMemCreate answers on a full device)
+ * when none can be made. */
+CUresult gvm_policy_reserve_direct(int device, size_t bytes);
+
 /* Adjusts cuMemGetInfo's answer for device. */
 void gvm_policy_meminfo(int device, size_t *free_bytes, size_t *total_bytes);
 

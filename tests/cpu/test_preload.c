@@ -526,6 +526,100 @@ static int untracked_workload(void)
     return 0;
 }
 
+/* ---- device memory the program creates itself (cuMemCreate) ---- */
+
+static CUresult create_at(CUmemLocationType type, int id, size_t size, CUmemGenericAllocationHandle *h)
+{
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED, .location = {.type = type, .id = id}};
+    return D(cuMemCreate, h, size, &prop, 0);
+}
+
+static size_t free_now(void)
+{
+    size_t f = 0, t = 0;
+    CHECK_EQ(D(cuMemGetInfo_v2, &f, &t), CUDA_SUCCESS);
+    CHECK_EQ(t, 64 * MiB);
+    return f;
+}
+
+/* Under GVM_DEVICE_LIMIT=0:64M, without spill: the program's own device
+ * memory and gvmshim's share the limit, as nvidia-smi would count them. A
+ * creation past it fails as on a full device; the program's memory info
+ * says so beforehand; a release makes room again; host memory, failed
+ * creations and handles released twice count nothing. The program's own
+ * mapping of its handle works as natively (its pointer is not gvmshim's). */
+static int own_vmm_workload(void)
+{
+    start();
+    void (*fail)(const char *, unsigned long, CUresult) = sim_fn("simcuda_fail_call");
+    CUmemGenericAllocationHandle big, more, host;
+    CUdeviceptr p;
+    CHECK_EQ(create_at(CU_MEM_LOCATION_TYPE_DEVICE, 0, 40 * MiB, &big), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAlloc_v2, &p, 20 * MiB), CUDA_SUCCESS);
+    size_t room = free_now();
+    CHECK(room <= 4 * MiB);
+    CHECK_EQ(create_at(CU_MEM_LOCATION_TYPE_DEVICE, 0, room + 2 * MiB, &more), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(create_at(CU_MEM_LOCATION_TYPE_HOST, 0, 16 * MiB, &host), CUDA_SUCCESS);
+    CHECK_EQ(free_now(), room);
+    fail("cuMemCreate", 1, CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(create_at(CU_MEM_LOCATION_TYPE_DEVICE, 0, 2 * MiB, &more), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(free_now(), room);
+    /* Mapped and used by the program: gvmshim's hooks pass it by. */
+    CUdeviceptr va = 0;
+    CUmemAccessDesc rw = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0},
+                          .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CHECK_EQ(D(cuMemAddressReserve, &va, 40 * MiB, 0, 0, 0), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemMap, va, 40 * MiB, 0, big, 0), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemSetAccess, va, 40 * MiB, &rw, 1), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemsetD32_v2, va + 8 * MiB, 0x600dcafe, 1024), CUDA_SUCCESS);
+    unsigned w = 0;
+    CHECK_EQ(D(cuMemcpyDtoH_v2, &w, va + 8 * MiB + 4092, 4), CUDA_SUCCESS);
+    CHECK_EQ(w, 0x600dcafeu);
+    CHECK_EQ(D(cuMemUnmap, va, 40 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAddressFree, va, 40 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemRelease, big), CUDA_SUCCESS);
+    CHECK_EQ(free_now(), room + 40 * MiB);
+    CHECK_EQ(D(cuMemRelease, big), CUDA_ERROR_INVALID_VALUE);   /* the driver's answer */
+    CHECK_EQ(free_now(), room + 40 * MiB);
+    CHECK_EQ(create_at(CU_MEM_LOCATION_TYPE_DEVICE, 0, room + 40 * MiB, &more), CUDA_SUCCESS);
+    CHECK_EQ(free_now(), 0);
+    CHECK_EQ(D(cuMemRelease, more), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemRelease, host), CUDA_SUCCESS);
+    return 0;
+}
+
+/* With spill on, gvmshim's own allocations leave the device to make room
+ * for the program's (which cannot move), their data intact. */
+static int own_vmm_spill_workload(void)
+{
+    start();
+    gvm_status (*query)(const void *, gvm_info *) = dlsym(RTLD_DEFAULT, "gvm_query");
+    static unsigned char in[MiB], out[MiB];
+    for (size_t i = 0; i < sizeof in; i++) in[i] = (unsigned char)(i * 7 + 3);
+    CUdeviceptr p;
+    CHECK_EQ(D(cuMemAlloc_v2, &p, 30 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemcpyHtoD_v2, p + 7 * MiB, in, sizeof in), CUDA_SUCCESS);
+    CUmemGenericAllocationHandle h;
+    CHECK_EQ(create_at(CU_MEM_LOCATION_TYPE_DEVICE, 0, 48 * MiB, &h), CUDA_SUCCESS);
+    gvm_info info;
+    CHECK_EQ(query((void *)p, &info), GVM_OK);
+    CHECK_EQ(info.location, GVM_HOST);
+    CHECK(free_now() <= 16 * MiB);
+    CHECK_EQ(D(cuMemcpyDtoH_v2, out, p + 7 * MiB, sizeof out), CUDA_SUCCESS);
+    CHECK(!memcmp(in, out, sizeof in));
+    /* Past what spilling can make room for: refused as natively. */
+    CUmemGenericAllocationHandle h2;
+    CHECK_EQ(create_at(CU_MEM_LOCATION_TYPE_DEVICE, 0, 32 * MiB, &h2), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(D(cuMemRelease, h), CUDA_SUCCESS);
+    return 0;
+}
+
+static void programs_own_device_memory_counts_under_the_limit(void)
+{
+    CHECK_EQ(run_self("own-vmm", "GVM_DEVICE_LIMIT=0:64M", NULL, NULL, 0), 0);
+    CHECK_EQ(run_self("own-vmm-spill", "GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", NULL, 0), 0);
+}
+
 static void launches_are_scanned_when_spilling(void)
 {
     CHECK_EQ(run_self("tracking", "GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", NULL, 0), 0);
@@ -871,6 +965,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(copies_during_migrations_lose_nothing)
     TEST_ENTRY(first_allocations_from_many_threads)
     TEST_ENTRY(launches_are_scanned_when_spilling)
+    TEST_ENTRY(programs_own_device_memory_counts_under_the_limit)
     TEST_ENTRY(stats_json_is_written_at_exit)
     TEST_ENTRY(stats_file_never_follows_a_symlink)
     TEST_ENTRY(stats_text_goes_to_stderr)
@@ -893,6 +988,8 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "host-copies")) exit(host_side_copies_workload());
         if (!strcmp(argv[2], "late-handler")) exit(late_handler_workload());
         if (!strcmp(argv[2], "fork")) exit(fork_workload());
+        if (!strcmp(argv[2], "own-vmm")) exit(own_vmm_workload());
+        if (!strcmp(argv[2], "own-vmm-spill")) exit(own_vmm_spill_workload());
         if (!strcmp(argv[2], "nothing")) exit(0);
         return 2;
     }
