@@ -23,7 +23,8 @@
     O(cuMemRetainAllocationHandle) O(cuMemGetAllocationPropertiesFromHandle)   \
     O(cuFuncGetParamInfo) O(cuKernelGetParamInfo)                              \
     O(cuMemExportToShareableHandle) O(cuMemImportFromShareableHandle)          \
-    O(cuGetProcAddress) O(cuGetProcAddress_v2)
+    O(cuGetProcAddress) O(cuGetProcAddress_v2)                                 \
+    O(cuDeviceGetMemPool) O(cuDeviceGetDefaultMemPool) O(cuDeviceSetMemPool)
 
 /* Entry points the preload layer replaces by a hook of the same name
  * (besides the two resolvers above, and cuMemCreate and cuMemRelease, which

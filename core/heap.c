@@ -47,8 +47,9 @@ static unsigned bucket_of(size_t mapped) { return (unsigned)((mapped / gvm_topo.
  * finished (topo.h); the wait, when one is needed, is one device sync. */
 static void cache_return(int device, struct gvm_region *r);
 
-/* While a capture is open on the device no wait may run: only a region
- * already settled can be reused, else the caller takes fresh memory. */
+/* While a capture is open on the device no wait may run (nor while a
+ * stream-ordered allocation is served, topo.h): only a region already
+ * settled can be reused, else the caller takes fresh memory. */
 static bool reusable(int device, const struct gvm_region *r, bool capturing)
 {
     return !capturing || gvm_topo_settled(device, r->freed_at);
@@ -57,7 +58,7 @@ static bool reusable(int device, const struct gvm_region *r, bool capturing)
 static struct gvm_region *cache_take(int device, size_t mapped)
 {
     struct cache *c = &caches[device];
-    bool capturing = gvm_capture_open(device);
+    bool capturing = gvm_capture_open(device) || !gvm_topo_reuse_waits();
     gvm_heap_lock();
     struct gvm_region **pp = &c->bucket[bucket_of(mapped)];
     while (*pp && ((*pp)->mapped != mapped || !reusable(device, *pp, capturing))) pp = &(*pp)->next;

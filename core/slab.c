@@ -204,7 +204,7 @@ CUresult gvm_slab_alloc(int device, size_t size, int tag, CUcontext ctx, uintptr
     pthread_mutex_lock(&slab_lock);
     struct gvm_slab *s = lists[device][cidx];
     while (s && !slab_usable(s, tag)) s = s->next;
-    if (!s && pending[device].n) {
+    if (!s && pending[device].n && (gvm_topo_reuse_waits() || gvm_topo_settled(device, pending[device].stamp))) {
         /* Rather than a new chunk: the slots freed earlier, once settled. */
         flush_locked(device);
         for (s = lists[device][cidx]; s && !slab_usable(s, tag);) s = s->next;

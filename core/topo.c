@@ -195,6 +195,12 @@ static bool ctx_active(int dev)
     return active != 0;
 }
 
+static __thread bool reuse_nowait;
+
+void gvm_topo_reuse_nowait(bool on) { reuse_nowait = on; }
+
+bool gvm_topo_reuse_waits(void) { return !reuse_nowait; }
+
 uint64_t gvm_topo_epoch(int dev) { return __atomic_load_n(&gvm_topo.dev[dev].syncs_started, __ATOMIC_ACQUIRE); }
 
 bool gvm_topo_settled(int dev, uint64_t stamp)

@@ -82,6 +82,14 @@ CUresult gvm_topo_stream(int dev, int dir, CUstream *stream);
 uint64_t gvm_topo_epoch(int dev);
 bool gvm_topo_settled(int dev, uint64_t stamp);
 
+/* A stream-ordered allocation (cuMemAllocAsync) must not wait for the
+ * device only to reuse freed memory: its program overlaps CPU and GPU
+ * work, and natively the pool reuses without a wait. While this thread
+ * serves one, freed memory is reused only once settled, fresh memory is
+ * taken otherwise; a device at its limit still waits to make room. */
+void gvm_topo_reuse_nowait(bool on);
+bool gvm_topo_reuse_waits(void);
+
 /* Waits for all work queued on device dev (the calling thread's context if
  * it is on dev, and dev's primary context). While a stream capture is open
  * on dev, waits nothing and returns CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED

@@ -16,20 +16,62 @@ static CUresult current_device(CUcontext *ctx, int *dev)
     return rc;
 }
 
+/* Is s capturing? Asked only while some capture is open; an error (the
+ * legacy stream next to a capture) counts as yes. */
+static bool stream_capturing(__typeof__(cuStreamIsCapturing) *is_capturing, CUstream s)
+{
+    if (!gvm_capture_open(-1)) return false;
+    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
+    return is_capturing(s, &st) != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
+static bool default_pool_current(int dev)
+{
+    static CUmemoryPool defaults[GVM_MAX_DEVICES];
+    CUmemoryPool cur = NULL, def = __atomic_load_n(&defaults[dev], __ATOMIC_RELAXED);
+    if (!gvm_drv.cuDeviceGetMemPool || !gvm_drv.cuDeviceGetDefaultMemPool) return false;
+    if (!def) {
+        if (gvm_drv.cuDeviceGetDefaultMemPool(&def, dev) != CUDA_SUCCESS) return false;
+        __atomic_store_n(&defaults[dev], def, __ATOMIC_RELAXED);
+    }
+    return gvm_drv.cuDeviceGetMemPool(&cur, dev) == CUDA_SUCCESS && cur == def;
+}
+
+/* Whether gvmshim may serve cuMemAllocAsync on s: s belongs to the current
+ * context (the default streams do; an unknown handle gets the driver's
+ * answer), no capture records s (the graph allocates at each replay), and
+ * the device's current pool is its default one (a pool the program made
+ * current has attributes of its own: IPC export, another location). */
+static bool serves_stream_ordered(CUstream s, CUcontext ctx, int dev)
+{
+    if (s && s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD) {
+        CUcontext owner = NULL;
+        if (!gvm_drv.cuStreamGetCtx || gvm_drv.cuStreamGetCtx(s, &owner) != CUDA_SUCCESS || owner != ctx)
+            return false;
+    }
+    return !stream_capturing(GVM_REAL(cuStreamIsCapturing), s) && default_pool_current(dev);
+}
+
 /* Serves an allocation, or returns CUDA_ERROR_NOT_SUPPORTED to send it
- * to the real driver (device without VMM, shim inactive). */
-static CUresult serve(size_t size, CUdeviceptr *out)
+ * to the real driver (device without VMM, shim inactive). ordered: the
+ * stream of a stream-ordered allocation, NULL for a plain one. Memory
+ * gvmshim serves is usable at once, which stream order allows; only
+ * reusing freed memory must not wait for the device there (topo.h). */
+static CUresult serve(size_t size, CUdeviceptr *out, const CUstream *ordered)
 {
     if (!gvm_shim_serving()) return CUDA_ERROR_NOT_SUPPORTED;
     CUcontext ctx;
     int dev;
     CUresult rc = current_device(&ctx, &dev);
-    if (rc != CUDA_SUCCESS) return rc;
+    if (rc != CUDA_SUCCESS) return ordered ? CUDA_ERROR_NOT_SUPPORTED : rc;
     if (dev < 0 || dev >= gvm_topo.ndev || !gvm_topo.dev[dev].vmm) return CUDA_ERROR_NOT_SUPPORTED;
+    if (ordered && !serves_stream_ordered(*ordered, ctx, dev)) return CUDA_ERROR_NOT_SUPPORTED;
     struct gvm_capture_guard g;
     if (!gvm_shim_capture_enter(&g)) return CUDA_ERROR_NOT_SUPPORTED;   /* forbidden: the driver answers */
     uintptr_t p = 0;
+    if (ordered) gvm_topo_reuse_nowait(true);
     rc = gvm_policy_alloc(size, dev, ctx, gvm_shim_tag(), &p);
+    if (ordered) gvm_topo_reuse_nowait(false);
     gvm_shim_capture_leave(&g);
     if (rc == CUDA_SUCCESS) *out = (CUdeviceptr)p;
     return rc;
@@ -39,7 +81,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemAlloc_v2(CUdeviceptr *dptr, size_t bytesize)
 {
     gvm_hook_count(GVM_FN_cuMemAlloc_v2);
     if (!dptr) return GVM_REAL(cuMemAlloc_v2)(dptr, bytesize);
-    CUresult rc = serve(bytesize, dptr);
+    CUresult rc = serve(bytesize, dptr, NULL);
     if (rc != CUDA_ERROR_NOT_SUPPORTED) return rc;
     gvm_stat_local_inc(passthrough_calls);
     return GVM_REAL(cuMemAlloc_v2)(dptr, bytesize);
@@ -59,7 +101,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemAllocPitch_v2(CUdeviceptr *dptr, size_t *pitch,
     if (valid && !__builtin_add_overflow(width, PITCH_ALIGN - 1, &p) &&
         !__builtin_mul_overflow(p / PITCH_ALIGN * PITCH_ALIGN, height, &bytes)) {
         p = p / PITCH_ALIGN * PITCH_ALIGN;
-        CUresult rc = serve(bytes, dptr);
+        CUresult rc = serve(bytes, dptr, NULL);
         if (rc != CUDA_ERROR_NOT_SUPPORTED) {
             if (rc == CUDA_SUCCESS) *pitch = p;
             return rc;
@@ -92,27 +134,26 @@ GVM_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
     return GVM_REAL(cuMemFree_v2)(dptr);
 }
 
-/* Stream-ordered allocations stay with the driver's pools: their memory
- * is recycled inside the pool without passing through here. */
+/* Stream-ordered allocations from the device's default pool (cudaMallocAsync,
+ * PyTorch's cudaMallocAsync backend, CuPy's MemoryAsyncPool) are served
+ * like cuMemAlloc, so the limit, spill and pause cover them. */
 static CUresult alloc_async(__typeof__(cuMemAllocAsync) *real, enum gvm_driver_fn fn, CUdeviceptr *p,
                             size_t n, CUstream s)
 {
     gvm_hook_count(fn);
+    if (p && n) {
+        CUresult rc = serve(n, p, &s);
+        if (rc != CUDA_ERROR_NOT_SUPPORTED) return rc;
+    }
     gvm_stat_local_inc(passthrough_calls);
     return real(p, n, s);
 }
 
-/* Is s capturing? Asked only while some capture is open; an error (the
- * legacy stream next to a capture) counts as yes. */
-static bool stream_capturing(__typeof__(cuStreamIsCapturing) *is_capturing, CUstream s)
-{
-    if (!gvm_capture_open(-1)) return false;
-    CUstreamCaptureStatus st = CU_STREAM_CAPTURE_STATUS_NONE;
-    return is_capturing(s, &st) != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_NONE;
-}
-
-/* A gvmshim pointer freed in stream order: wait for the stream, then free.
- * On a capturing stream a free becomes a graph node that frees at every
+/* A gvmshim pointer freed in stream order is freed at once, without a
+ * wait: work queued before the free may still use it, and freed memory is
+ * neither reused nor unmapped before a device-wide wait that began after
+ * the free has finished (topo.h), which covers that work whatever its
+ * stream. On a capturing stream a free becomes a graph node that frees at every
  * replay, which CUDA allows only for memory the graph itself allocated
  * (cuMemAllocAsync in the capture); gvmshim memory never is, so the
  * driver gets the call and gives its native answer. Waiting for the
@@ -123,10 +164,7 @@ static CUresult free_async(__typeof__(cuMemFreeAsync) *real, __typeof__(cuStream
     gvm_hook_count(fn);
     if (p && gvm_shim_active() && !stream_capturing(is_capturing, s)) {
         struct gvm_ref ref;
-        if (gvm_heap_find((uintptr_t)p, &ref)) {
-            CUresult rc = GVM_REAL(cuStreamSynchronize)(s);
-            return rc == CUDA_SUCCESS ? gvm_policy_free((uintptr_t)p) : rc;
-        }
+        if (gvm_heap_find((uintptr_t)p, &ref)) return gvm_policy_free((uintptr_t)p);
     }
     gvm_stat_local_inc(passthrough_calls);
     return real(p, s);

@@ -7,7 +7,8 @@
  * cuMemAlloc'd buffer fails with CUDA_ERROR_INVALID_VALUE (measured on an
  * H200 for 1000 and 3,000,000 bytes, H2D, D2H, D2D and memset alike).
  * Every case runs once on a buffer gvmshim serves and once on a native one
- * (cuMemAllocAsync stays with the driver), and the answers must agree. */
+ * (cuMemAllocAsync from a pool the program made current stays with the
+ * driver), and the answers must agree. */
 #define _GNU_SOURCE
 #include "core/cuda_api.h"
 #include "gvmshim.h"
@@ -45,7 +46,11 @@ static CUdeviceptr shim_alloc(size_t n)
 static CUdeviceptr native_alloc(size_t n)
 {
     CUdeviceptr p = 0;
+    CUmemoryPool def;
+    CHECK_EQ(cuDeviceGetDefaultMemPool(&def, 0), CUDA_SUCCESS);
+    CHECK_EQ(cuDeviceSetMemPool(0, (CUmemoryPool)0x77), CUDA_SUCCESS);
     CHECK_EQ(cuMemAllocAsync(&p, n, NULL), CUDA_SUCCESS);
+    CHECK_EQ(cuDeviceSetMemPool(0, def), CUDA_SUCCESS);
     gvm_info info;
     CHECK_EQ(GVM(gvm_query)((void *)p, &info), GVM_ERR_UNKNOWN_POINTER);
     return p;

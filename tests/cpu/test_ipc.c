@@ -591,7 +591,11 @@ static void forged_and_foreign_handles(void)
     CHECK_EQ(finish(&c, "exit"), 0);
     /* Memory the driver serves is exported by the driver. */
     CUdeviceptr n = 0;
+    CUmemoryPool def;
+    CHECK_EQ(D(cuDeviceGetDefaultMemPool, &def, 0), CUDA_SUCCESS);
+    CHECK_EQ(D(cuDeviceSetMemPool, 0, (CUmemoryPool)0x77), CUDA_SUCCESS);   /* not gvmshim's to serve */
     CHECK_EQ(D(cuMemAllocAsync, &n, MiB, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuDeviceSetMemPool, 0, def), CUDA_SUCCESS);
     const char *r = run(NULL, "export %#llx", (unsigned long long)n);
     CHECK(!strncmp(r, "ok 53494d495043", 15));   /* "SIMIPC" */
     EXPECT(NULL, "1", "calls cuIpcGetMemHandle");

@@ -221,11 +221,17 @@ static void per_thread_stream_variants_work(void)
     CHECK_EQ(host[255], 0x5a);
 }
 
+/* A stream-ordered allocation from a pool the program made current is
+ * the driver's (the pool may be exportable, or on host). */
 static void foreign_pointers_pass_through(void)
 {
     start();
     CUdeviceptr p = 0;
+    CUmemoryPool def;
+    CHECK_EQ(D(cuDeviceGetDefaultMemPool, &def, 0), CUDA_SUCCESS);
+    CHECK_EQ(D(cuDeviceSetMemPool, 0, (CUmemoryPool)0x77), CUDA_SUCCESS);
     CHECK_EQ(D(cuMemAllocAsync, &p, 4 * MiB, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuDeviceSetMemPool, 0, def), CUDA_SUCCESS);
     gvm_status (*query)(const void *, gvm_info *) = dlsym(RTLD_DEFAULT, "gvm_query");
     gvm_info info;
     CHECK_EQ(query((void *)p, &info), GVM_ERR_UNKNOWN_POINTER);
@@ -237,6 +243,60 @@ static void foreign_pointers_pass_through(void)
     CHECK_EQ(size, 4 * MiB);
     CHECK_EQ(D(cuMemFree_v2, p), CUDA_SUCCESS);
     CHECK_EQ(D(cuMemFree_v2, 0xdead0000), CUDA_ERROR_INVALID_VALUE);
+}
+
+/* cudaMallocAsync and its kin from the device's default pool are served
+ * by gvmshim on any stream of the current context, the per-thread one
+ * too; freed in stream order and allocated again without waiting for the
+ * device. A stream of another device's context, or a zero size, gets the
+ * driver's own answer. */
+static void stream_ordered_allocations_are_served(void)
+{
+    start();
+    unsigned long (*calls_of)(const char *) = sim_fn("simcuda_calls_of");
+    gvm_status (*query)(const void *, gvm_info *) = dlsym(RTLD_DEFAULT, "gvm_query");
+    gvm_info info;
+    CUstream s;
+    CHECK_EQ(D(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CUdeviceptr a = 0, b = 0, c = 0, t = 0;
+    CHECK_EQ(D(cuMemAllocAsync, &a, 8 * MiB, s), CUDA_SUCCESS);
+    CHECK_EQ(query((void *)a, &info), GVM_OK);
+    CHECK_EQ(info.size, 8 * MiB);
+    CHECK_EQ(D(cuMemAllocAsync, &b, 1000, NULL), CUDA_SUCCESS);
+    CHECK_EQ(query((void *)b, &info), GVM_OK);
+    RES(cuMemAllocAsync_ptsz, "cuMemAllocAsync", 11020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    RES(cuMemFreeAsync_ptsz, "cuMemFreeAsync", 11020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    CHECK_EQ(cuMemAllocAsync_ptsz_p(&t, 3 * MiB, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+    CHECK_EQ(query((void *)t, &info), GVM_OK);
+    CHECK_EQ(D(cuMemsetD8Async, a, 0x3c, 8 * MiB, s), CUDA_SUCCESS);
+    unsigned char x = 0;
+    CHECK_EQ(D(cuMemcpyDtoHAsync_v2, &x, a + 5 * MiB, 1, s), CUDA_SUCCESS);
+    CHECK_EQ(D(cuStreamSynchronize, s), CUDA_SUCCESS);
+    CHECK_EQ(x, 0x3c);
+    unsigned long waits = calls_of("cuCtxSynchronize") + calls_of("cuStreamSynchronize");
+    CHECK_EQ(D(cuMemFreeAsync, a, s), CUDA_SUCCESS);
+    CHECK_EQ(query((void *)a, &info), GVM_ERR_UNKNOWN_POINTER);
+    CHECK_EQ(D(cuMemAllocAsync, &c, 8 * MiB, s), CUDA_SUCCESS);
+    CHECK(c != a);   /* a has not settled: fresh memory rather than a wait */
+    CHECK_EQ(D(cuMemFreeAsync, c, s), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFreeAsync, b, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAllocAsync, &b, 1000, NULL), CUDA_SUCCESS);
+    CHECK_EQ(cuMemFreeAsync_ptsz_p(t, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+    CHECK_EQ(calls_of("cuCtxSynchronize") + calls_of("cuStreamSynchronize"), waits);
+    CHECK_EQ(D(cuMemFreeAsync, b, NULL), CUDA_SUCCESS);
+    /* Zero bytes: whatever the driver says, nothing of gvmshim's. */
+    CUdeviceptr z = 0;
+    if (D(cuMemAllocAsync, &z, 0, s) == CUDA_SUCCESS) CHECK_EQ(query((void *)z, &info), GVM_ERR_UNKNOWN_POINTER);
+    /* Another device's stream: its own pool's memory, the driver's. */
+    CUcontext ctx1, popped;
+    CUstream s1;
+    CHECK_EQ(D(cuDevicePrimaryCtxRetain, &ctx1, 1), CUDA_SUCCESS);
+    CHECK_EQ(D(cuCtxPushCurrent_v2, ctx1), CUDA_SUCCESS);
+    CHECK_EQ(D(cuStreamCreate, &s1, 0), CUDA_SUCCESS);
+    CHECK_EQ(D(cuCtxPopCurrent_v2, &popped), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAllocAsync, &z, 4 * MiB, s1), CUDA_SUCCESS);
+    CHECK_EQ(query((void *)z, &info), GVM_ERR_UNKNOWN_POINTER);
+    CHECK_EQ(D(cuMemFreeAsync, z, s1), CUDA_SUCCESS);
 }
 
 static void failed_driver_call_returns_its_error_and_leaks_nothing(void)
@@ -614,6 +674,48 @@ static int own_vmm_spill_workload(void)
     return 0;
 }
 
+/* Under GVM_DEVICE_LIMIT=0:64M: stream-ordered memory shares the limit;
+ * memory freed in stream order is waited for when the device is full. */
+static int async_limit_workload(void)
+{
+    start();
+    CUdeviceptr a, b;
+    CHECK_EQ(D(cuMemAllocAsync, &a, 40 * MiB, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAlloc_v2, &b, 40 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(D(cuMemAllocAsync, &b, 40 * MiB, NULL), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(D(cuMemFreeAsync, a, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAllocAsync, &b, 40 * MiB, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFreeAsync, b, NULL), CUDA_SUCCESS);
+    return 0;
+}
+
+/* With spill on, stream-ordered memory moves to host to make room like
+ * any other, its data intact. */
+static int async_spill_workload(void)
+{
+    start();
+    gvm_status (*query)(const void *, gvm_info *) = dlsym(RTLD_DEFAULT, "gvm_query");
+    CUdeviceptr a, b;
+    CHECK_EQ(D(cuMemAllocAsync, &a, 40 * MiB, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemsetD32Async, a, 0xfeedf00d, 10 * MiB, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAllocAsync, &b, 40 * MiB, NULL), CUDA_SUCCESS);
+    gvm_info info;
+    CHECK_EQ(query((void *)a, &info), GVM_OK);
+    CHECK_EQ(info.location, GVM_HOST);
+    unsigned w = 0;
+    CHECK_EQ(D(cuMemcpyDtoH_v2, &w, a + 40 * MiB - 4, 4), CUDA_SUCCESS);
+    CHECK_EQ(w, 0xfeedf00du);
+    CHECK_EQ(D(cuMemFreeAsync, a, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFreeAsync, b, NULL), CUDA_SUCCESS);
+    return 0;
+}
+
+static void stream_ordered_memory_counts_and_spills(void)
+{
+    CHECK_EQ(run_self("async-limit", "GVM_DEVICE_LIMIT=0:64M", NULL, NULL, 0), 0);
+    CHECK_EQ(run_self("async-spill", "GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", NULL, 0), 0);
+}
+
 static void programs_own_device_memory_counts_under_the_limit(void)
 {
     CHECK_EQ(run_self("own-vmm", "GVM_DEVICE_LIMIT=0:64M", NULL, NULL, 0), 0);
@@ -957,6 +1059,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(alloc_copy_query_free)
     TEST_ENTRY(per_thread_stream_variants_work)
     TEST_ENTRY(foreign_pointers_pass_through)
+    TEST_ENTRY(stream_ordered_allocations_are_served)
     TEST_ENTRY(failed_driver_call_returns_its_error_and_leaks_nothing)
     TEST_ENTRY(linked_program_first_call_is_not_an_allocation)
     TEST_ENTRY(no_context_is_the_native_error)
@@ -966,6 +1069,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(first_allocations_from_many_threads)
     TEST_ENTRY(launches_are_scanned_when_spilling)
     TEST_ENTRY(programs_own_device_memory_counts_under_the_limit)
+    TEST_ENTRY(stream_ordered_memory_counts_and_spills)
     TEST_ENTRY(stats_json_is_written_at_exit)
     TEST_ENTRY(stats_file_never_follows_a_symlink)
     TEST_ENTRY(stats_text_goes_to_stderr)
@@ -989,6 +1093,8 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "late-handler")) exit(late_handler_workload());
         if (!strcmp(argv[2], "fork")) exit(fork_workload());
         if (!strcmp(argv[2], "own-vmm")) exit(own_vmm_workload());
+        if (!strcmp(argv[2], "async-limit")) exit(async_limit_workload());
+        if (!strcmp(argv[2], "async-spill")) exit(async_spill_workload());
         if (!strcmp(argv[2], "own-vmm-spill")) exit(own_vmm_spill_workload());
         if (!strcmp(argv[2], "nothing")) exit(0);
         return 2;

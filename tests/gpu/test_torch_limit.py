@@ -10,6 +10,15 @@ bit for bit those of the native run.
   limit_host_1_25x, _1_5x, _2x   GVM_SPILL=host
   limit_peer_1_5x                (2 GPUs) GVM_SPILL=peer,host: GPU 0 holds
                                  its limit, GPU 1 takes what leaves
+  limit_async_1_5x               PyTorch's cudaMallocAsync backend: its
+                                 stream-ordered allocations are gvmshim's,
+                                 held to the limit and spilled like any
+  limit_expandable               expandable_segments: PyTorch's own
+                                 cuMemCreate memory counts under the limit
+                                 (it cannot move): a job that fits runs
+                                 within it; one that does not gets
+                                 PyTorch's out-of-memory error, NVML never
+                                 past the limit
 
 NVML through pynvml where installed, else ctypes on libnvidia-ml.so.1.
 Exit 77 without torch, a GPU or an NVML that lists this process.
@@ -67,9 +76,15 @@ def child_train(args):
     p = dict(TRAIN)
     if args.get("small"):
         p.update(dim=256, batch=16, steps=2)
-    losses = train(torch, p["layers"], p["dim"], p["batch"], p["steps"], p["lr"])
+    try:
+        losses = train(torch, p["layers"], p["dim"], p["batch"], p["steps"], p["lr"])
+    except torch.cuda.OutOfMemoryError:
+        if not args.get("catch_oom"):
+            raise
+        sampler.stop()
+        return {"oom": True, "nvml_peak": sampler.peak, "samples": sampler.samples}
     sampler.stop()
-    return {"losses": losses, "max_allocated": torch.cuda.max_memory_allocated(0),
+    return {"oom": False, "losses": losses, "max_allocated": torch.cuda.max_memory_allocated(0),
             "nvml_peak": sampler.peak, "samples": sampler.samples, "device_count": torch.cuda.device_count(),
             "peer": bool(torch.cuda.device_count() >= 2 and torch.cuda.can_device_access_peer(0, 1))}
 
@@ -94,11 +109,15 @@ def overhead(env):
     return got.result["nvml_peak"]
 
 
-def limited_run(ratio, spill, peer=False):
+def limit_for(ratio):
+    return int(native().result["max_allocated"] / ratio) // (2 * MiB) * (2 * MiB)
+
+
+def limited_run(ratio, spill, peer=False, extra=None):
     ref = native()
     need = ref.result["max_allocated"]
-    limit = int(need / ratio) // (2 * MiB) * (2 * MiB)
-    env = {"GVM_DEVICE_LIMIT": "0:%d" % limit, "GVM_SPILL": spill}
+    limit = limit_for(ratio)
+    env = dict(extra or {}, GVM_DEVICE_LIMIT="0:%d" % limit, GVM_SPILL=spill)
     over = overhead(env)
     got = gt.run_child(__file__, "train", {"peer": peer}, shim=True, env=env,
                        label="train at %.2fx (shim, spill=%s)" % (ratio, spill))
@@ -132,10 +151,49 @@ def case_peer():
     gt.expect(got.stats["migrations_d2d"] > 0, "nothing moved to the peer GPU")
 
 
+def case_async():
+    got = limited_run(1.5, "host", extra={"PYTORCH_CUDA_ALLOC_CONF": "backend:cudaMallocAsync"})
+    calls = got.stats.get("driver_calls", {})
+    gt.expect(int(calls.get("cuMemAllocAsync", 0)) + int(calls.get("cuMemAllocAsync_ptsz", 0)) > 0,
+              "PyTorch's cudaMallocAsync backend made no stream-ordered allocation")
+
+
+def case_expandable():
+    ref = native()
+    alloc_conf = {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"}
+    # Fits (the limit 1.25x the job): runs, NVML within the limit.
+    roomy = int(ref.result["max_allocated"] * 1.25) // (2 * MiB) * (2 * MiB)
+    env = dict(alloc_conf, GVM_DEVICE_LIMIT="0:%d" % roomy)
+    over = overhead(env)
+    got = gt.run_child(__file__, "train", {}, shim=True, env=env, label="train, expandable segments, fits")
+    gt.compare_series(ref.result["losses"], got.result["losses"], 0.0, "losses")
+    peak = got.result["nvml_peak"][0]
+    print("  fits: limit %.2f GiB, NVML peak %.2f GiB (overhead %.0f MiB), held_peak %s"
+          % (roomy / GiB, peak / GiB, over[0] / MiB, got.stats.get("held_peak")))
+    gt.expect(peak <= roomy + over[0], "NVML peak %.0f MiB past the limit %.0f MiB + overhead %.0f MiB"
+              % (peak / MiB, roomy / MiB, over[0] / MiB))
+    gt.expect(int(got.stats["held_peak"]["0"]) >= ref.result["max_allocated"] // 2,
+              "PyTorch's own memory was not counted (held_peak %s)" % got.stats["held_peak"]["0"])
+    # Does not fit (1.5x the limit), spill on: PyTorch's memory cannot
+    # move, so the job fails as on a smaller GPU, and never passes it.
+    tight = limit_for(1.5)
+    env = dict(alloc_conf, GVM_DEVICE_LIMIT="0:%d" % tight, GVM_SPILL="host")
+    over = overhead(env)
+    got = gt.run_child(__file__, "train", {"catch_oom": True}, shim=True, env=env,
+                       label="train, expandable segments, 1.5x the limit")
+    peak = got.result["nvml_peak"][0]
+    print("  over: limit %.2f GiB, out of memory %s, NVML peak %.2f GiB (overhead %.0f MiB)"
+          % (tight / GiB, got.result["oom"], peak / GiB, over[0] / MiB))
+    gt.expect(got.result["oom"], "a job 1.5x the limit ran with its memory outside gvmshim's reach")
+    gt.expect(peak <= tight + over[0], "NVML peak %.0f MiB past the limit %.0f MiB + overhead %.0f MiB"
+              % (peak / MiB, tight / MiB, over[0] / MiB))
+
+
 def main():
     return gt.suite_main("torch-limit", "torch", HANDLERS,
                          [("limit_host_1_25x", case_host(1.25)), ("limit_host_1_5x", case_host(1.5)),
-                          ("limit_host_2x", case_host(2.0)), ("limit_peer_1_5x", case_peer)])
+                          ("limit_host_2x", case_host(2.0)), ("limit_peer_1_5x", case_peer),
+                          ("limit_async_1_5x", case_async), ("limit_expandable", case_expandable)])
 
 
 if __name__ == "__main__":

@@ -230,6 +230,49 @@ CUresult CUDAAPI cuDeviceGetP2PAttribute(int *value, CUdevice_P2PAttribute attri
     SIM_API(cuDeviceGetP2PAttribute, SIM_READ, sim_p2p_attribute(value, attrib, src, dst));
 }
 
+/* ---- memory pools: which one cuMemAllocAsync would use ------------------- */
+
+/* The sim's stream-ordered allocations ignore pools; a pool is only a
+ * handle here, the default one a fixed value per device. */
+static CUmemoryPool sim_pool_current[SIM_MAX_DEVICES];
+
+static CUmemoryPool sim_pool_default(int dev) { return (CUmemoryPool)(uintptr_t)(0x5000 + 0x10 * dev); }
+
+static CUresult sim_get_pool(CUmemoryPool *pool, int dev, int current)
+{
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_dev_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    *pool = current && sim_pool_current[dev] ? sim_pool_current[dev] : sim_pool_default(dev);
+    return CUDA_SUCCESS;
+}
+
+static CUresult sim_set_pool(int dev, CUmemoryPool pool)
+{
+    if (!pool)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_dev_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    sim_pool_current[dev] = pool;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDeviceGetMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    SIM_API(cuDeviceGetMemPool, SIM_READ, sim_get_pool(pool, dev, 1));
+}
+
+CUresult CUDAAPI cuDeviceGetDefaultMemPool(CUmemoryPool *pool, CUdevice dev)
+{
+    SIM_API(cuDeviceGetDefaultMemPool, SIM_READ, sim_get_pool(pool, dev, 0));
+}
+
+CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
+{
+    SIM_API(cuDeviceSetMemPool, SIM_WRITE, sim_set_pool(dev, pool));
+}
+
 /* ---- peer access --------------------------------------------------------- */
 
 int sim_ctx_reaches(int dev)
