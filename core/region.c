@@ -506,6 +506,14 @@ bool gvm_region_grant_copier(struct gvm_region *r, int dev)
     return true;
 }
 
+int gvm_region_location_now(struct gvm_region *r)
+{
+    pthread_mutex_lock(&r->op);
+    int loc = gvm_region_location(r);
+    pthread_mutex_unlock(&r->op);
+    return loc;
+}
+
 int gvm_region_location(const struct gvm_region *r)
 {
     int loc = GVM_LOC_NONE;

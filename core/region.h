@@ -203,6 +203,10 @@ bool gvm_region_grant_copier(struct gvm_region *r, int dev);
  * GVM_LOC_NONE when nothing is mapped. */
 int gvm_region_location(const struct gvm_region *r);
 
+/* The same, for a caller that does not hold r->op: a move may be
+ * rewriting the block list meanwhile (waits for it). */
+int gvm_region_location_now(struct gvm_region *r);
+
 /* Physical bytes of r at loc. */
 size_t gvm_region_bytes_at(const struct gvm_region *r, int loc);
 

@@ -89,8 +89,15 @@ CUresult gvm_policy_reserve_direct(int device, size_t bytes)
         gvm_debug("spill: moved %zu bytes off device %d for %zu bytes the program creates", moved, device, bytes);
         return CUDA_SUCCESS;
     }
-    gvm_debug("refused %zu bytes the program creates on device %d: it holds %zu under a cap of %zu", bytes, device,
-              gvm_held_bytes(device), cap);
+    /* Once: the program (or a library in it, NCCL) sees only an OOM. */
+    static bool told;
+    if (!__atomic_exchange_n(&told, true, __ATOMIC_RELAXED))
+        gvm_warn("device %d: refused %zu bytes the program creates itself (cuMemCreate) under device_limit %zu: "
+                 "the process holds %zu, %zu of it its own memory, which cannot be moved",
+                 device, bytes, cap, gvm_held_bytes(device), gvm_direct_bytes(device));
+    else
+        gvm_debug("refused %zu bytes the program creates on device %d: it holds %zu under a cap of %zu", bytes,
+                  device, gvm_held_bytes(device), cap);
     return CUDA_ERROR_OUT_OF_MEMORY;
 }
 

@@ -232,7 +232,7 @@ static bool may_evict_for(const struct gvm_config *cfg, struct gvm_region *r)
     switch (cfg->swap_in) {
     case GVM_CFG_SWAP_IN_ALL: return true;
     case GVM_CFG_SWAP_IN_NONE: return false;
-    default: return !gvm_topo_nvlinked(GVM_LOAD(r->home), gvm_region_location(r));
+    default: return !gvm_topo_nvlinked(GVM_LOAD(r->home), gvm_region_location_now(r));
     }
 }
 
