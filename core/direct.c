@@ -21,7 +21,7 @@ struct entry {
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct entry *table[BUCKETS];
-static size_t bytes_on[GVM_LOC_SLOTS];
+static size_t bytes_on[GVM_LOC_SLOTS], peak_on[GVM_LOC_SLOTS];
 
 static unsigned bucket_of(CUmemGenericAllocationHandle h)
 {
@@ -32,7 +32,11 @@ static unsigned bucket_of(CUmemGenericAllocationHandle h)
 bool gvm_direct_reserve(int dev, size_t bytes)
 {
     if (!gvm_held_reserve(dev, bytes)) return false;
-    __atomic_add_fetch(&bytes_on[gvm_loc_slot(dev)], bytes, __ATOMIC_RELAXED);
+    int s = gvm_loc_slot(dev);
+    size_t now = __atomic_add_fetch(&bytes_on[s], bytes, __ATOMIC_RELAXED);
+    size_t p = __atomic_load_n(&peak_on[s], __ATOMIC_RELAXED);
+    while (now > p && !__atomic_compare_exchange_n(&peak_on[s], &p, now, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
     return true;
 }
 
@@ -72,3 +76,5 @@ bool gvm_direct_forget(CUmemGenericAllocationHandle h, int *dev, size_t *bytes)
 }
 
 size_t gvm_direct_bytes(int loc) { return __atomic_load_n(&bytes_on[gvm_loc_slot(loc)], __ATOMIC_RELAXED); }
+
+size_t gvm_direct_peak(int loc) { return __atomic_load_n(&peak_on[gvm_loc_slot(loc)], __ATOMIC_RELAXED); }

@@ -30,5 +30,6 @@ bool gvm_direct_forget(CUmemGenericAllocationHandle h, int *dev, size_t *bytes);
 
 /* Bytes the program holds through its own handles on loc (0 for host). */
 size_t gvm_direct_bytes(int loc);
+size_t gvm_direct_peak(int loc);   /* the most at once so far */
 
 #endif

@@ -24,7 +24,8 @@
     O(cuFuncGetParamInfo) O(cuKernelGetParamInfo)                              \
     O(cuMemExportToShareableHandle) O(cuMemImportFromShareableHandle)          \
     O(cuGetProcAddress) O(cuGetProcAddress_v2)                                 \
-    O(cuDeviceGetMemPool) O(cuDeviceGetDefaultMemPool) O(cuDeviceSetMemPool)
+    O(cuDeviceGetMemPool) O(cuDeviceGetDefaultMemPool) O(cuDeviceSetMemPool)    \
+    O(cuStreamGetId)
 
 /* Entry points the preload layer replaces by a hook of the same name
  * (besides the two resolvers above, and cuMemCreate and cuMemRelease, which

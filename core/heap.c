@@ -50,9 +50,21 @@ static void cache_return(int device, struct gvm_region *r);
 /* While a capture is open on the device no wait may run (nor while a
  * stream-ordered allocation is served, topo.h): only a region already
  * settled can be reused, else the caller takes fresh memory. */
-static bool reusable(int device, const struct gvm_region *r, bool capturing)
+static bool same_stream(const struct gvm_region *r)
+{
+    uint64_t s = gvm_topo_ordered_stream();
+    return s && r->freed_on == s;
+}
+
+/* Unmapping is not stream-ordered: only a settled region may go. */
+static bool releasable(int device, const struct gvm_region *r, bool capturing)
 {
     return !capturing || gvm_topo_settled(device, r->freed_at);
+}
+
+static bool reusable(int device, const struct gvm_region *r, bool capturing)
+{
+    return releasable(device, r, capturing) || same_stream(r);
 }
 
 static struct gvm_region *cache_take(int device, size_t mapped)
@@ -70,7 +82,7 @@ static struct gvm_region *cache_take(int device, size_t mapped)
         c->bytes -= r->mapped;
     }
     gvm_heap_unlock();
-    if (r && gvm_topo_settle(device, r->freed_at) != CUDA_SUCCESS) {
+    if (r && !same_stream(r) && gvm_topo_settle(device, r->freed_at) != CUDA_SUCCESS) {
         cache_return(device, r);
         return NULL;
     }
@@ -165,7 +177,7 @@ static size_t cache_evict(int device, size_t need, size_t limit)
     if (!c->fifo.lru_next) c->fifo.lru_next = c->fifo.lru_prev = &c->fifo;
     for (struct gvm_region *r = c->fifo.lru_next; r != &c->fifo && (c->bytes + need > limit || need > limit);) {
         struct gvm_region *next = r->lru_next;
-        if (reusable(device, r, capturing)) {
+        if (releasable(device, r, capturing)) {
             cache_unlink(c, r);
             freed += r->mapped;
             r->next = victims;
@@ -498,6 +510,7 @@ static CUresult free_large(struct gvm_region *r, uintptr_t p, bool *dead)
     if (cacheable) {
         /* Kept mapped and not reused before the device settles. */
         r->freed_at = gvm_topo_epoch(r->device);
+        r->freed_on = gvm_topo_ordered_stream();
         gvm_live_remove(r);
         gvm_stats_live(r->device, -(int64_t)r->size);
         if (cache_put(r)) return CUDA_SUCCESS;

@@ -44,6 +44,7 @@ static void region_reset(struct gvm_region *r)
     GVM_STORE(r->alias_slot, 0);
     r->paused_loc = 0;
     r->freed_at = 0;
+    r->freed_on = 0;
     r->last_error = CUDA_SUCCESS;
     r->next = r->lru_prev = r->lru_next = NULL;
 }

@@ -78,6 +78,7 @@ struct gvm_region {
     uint32_t launches[GVM_REGION_LAUNCHES];   /* the launch numbers of its last uses (policy/recur.c) */
     uint32_t nlaunches;          /* uses recorded; the newest is launches[(nlaunches - 1) % GVM_REGION_LAUNCHES] */
     uint64_t freed_at;           /* gvm_topo_epoch of its device when the program freed it */
+    uint64_t freed_on;           /* the stream it was freed in order on (topo.h), 0: none */
     CUresult last_error;         /* driver error of the last failed operation */
     struct gvm_region *next;     /* free list / cache list */
     struct gvm_region *lru_prev, *lru_next;

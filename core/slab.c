@@ -18,6 +18,7 @@
 struct pending {
     struct gvm_slab *slab[PENDING_MAX];
     uint32_t slot[PENDING_MAX];
+    uint64_t stream[PENDING_MAX];   /* freed in order on that stream (topo.h), 0: not */
     uint64_t stamp;               /* the newest free's epoch */
     int n;
     bool overflow;                /* more frees than fit (no wait was allowed): found by a scan */
@@ -196,13 +197,42 @@ static int take_slot(struct gvm_slab *s)
     return -1;
 }
 
+/* How far back a stream-ordered allocation looks among pending slots for
+ * one its stream freed: a loop frees and allocates the same few sizes. */
+#define ORDERED_LOOK 64
+
+/* A slot of class cidx freed in order on the stream this allocation is
+ * made on, taken back at once (topo.h), the newest first; -1 if none.
+ * Called with slab_lock held. */
+static int claim_ordered(int device, int cidx, int tag, struct gvm_slab **out)
+{
+    uint64_t stream = gvm_topo_ordered_stream();
+    struct pending *pd = &pending[device];
+    if (!stream) return -1;
+    for (int i = pd->n - 1; i >= 0 && i >= pd->n - ORDERED_LOOK; i--) {
+        struct gvm_slab *s = pd->slab[i];
+        if (pd->stream[i] != stream || s->cidx != cidx || s->tag != tag || !chunk_at_home(s)) continue;
+        int slot = (int)pd->slot[i];
+        int last = --pd->n;
+        pd->slab[i] = pd->slab[last];
+        pd->slot[i] = pd->slot[last];
+        pd->stream[i] = pd->stream[last];
+        *out = s;
+        return slot;
+    }
+    return -1;
+}
+
 CUresult gvm_slab_alloc(int device, size_t size, int tag, CUcontext ctx, uintptr_t *out)
 {
     int cidx = class_of(size);
     if (cidx < 0) return CUDA_ERROR_INVALID_VALUE;
     reap(-1);
     pthread_mutex_lock(&slab_lock);
-    struct gvm_slab *s = lists[device][cidx];
+    struct gvm_slab *s = NULL;
+    int slot = claim_ordered(device, cidx, tag, &s);
+    if (slot >= 0) goto claimed;
+    s = lists[device][cidx];
     while (s && !slab_usable(s, tag)) s = s->next;
     if (!s && pending[device].n && (gvm_topo_reuse_waits() || gvm_topo_settled(device, pending[device].stamp))) {
         /* Rather than a new chunk: the slots freed earlier, once settled. */
@@ -217,7 +247,8 @@ CUresult gvm_slab_alloc(int device, size_t size, int tag, CUcontext ctx, uintptr
         list_push(s);
         idle_bytes[device] += s->chunk->mapped;
     }
-    int slot = take_slot(s);
+    slot = take_slot(s);
+claimed:
     __atomic_store_n(&s->sizes[slot], (uint32_t)size, __ATOMIC_RELEASE);
     GVM_STORE(s->ids[slot], gvm_next_buffer_id());
     uintptr_t base = s->chunk->base;
@@ -307,6 +338,7 @@ static void make_pending(struct gvm_slab *s, unsigned slot)
         return;
     }
     pd->slab[pd->n] = s;
+    pd->stream[pd->n] = gvm_topo_ordered_stream();
     pd->slot[pd->n++] = slot;
 }
 

@@ -184,6 +184,7 @@ void gvm_stats_write(FILE *out, int json, int ndev, const int64_t *device_used)
     write_held(out, "held_peak", gvm_held_peak, ndev, json);
     write_held(out, "limit", gvm_held_cap, ndev, json);
     write_held(out, "program_vmm_bytes", gvm_direct_bytes, ndev, json);
+    write_held(out, "program_vmm_peak", gvm_direct_peak, ndev, json);
     if (device_used) write_outside(out, device_used, ndev, json);
     write_calls(out, "driver_calls", snap.calls, json);
     pthread_mutex_unlock(&snap_lock);

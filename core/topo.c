@@ -196,10 +196,17 @@ static bool ctx_active(int dev)
 }
 
 static __thread bool reuse_nowait;
+static __thread uint64_t ordered_stream;
 
-void gvm_topo_reuse_nowait(bool on) { reuse_nowait = on; }
+void gvm_topo_stream_order(bool on, uint64_t stream)
+{
+    reuse_nowait = on;
+    ordered_stream = on ? stream : 0;
+}
 
 bool gvm_topo_reuse_waits(void) { return !reuse_nowait; }
+
+uint64_t gvm_topo_ordered_stream(void) { return ordered_stream; }
 
 uint64_t gvm_topo_epoch(int dev) { return __atomic_load_n(&gvm_topo.dev[dev].syncs_started, __ATOMIC_ACQUIRE); }
 

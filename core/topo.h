@@ -85,10 +85,16 @@ bool gvm_topo_settled(int dev, uint64_t stamp);
 /* A stream-ordered allocation (cuMemAllocAsync) must not wait for the
  * device only to reuse freed memory: its program overlaps CPU and GPU
  * work, and natively the pool reuses without a wait. While this thread
- * serves one, freed memory is reused only once settled, fresh memory is
- * taken otherwise; a device at its limit still waits to make room. */
-void gvm_topo_reuse_nowait(bool on);
+ * serves one (on, with the stream's cuStreamGetId, 0 when it has none to
+ * trust: a per-thread stream), freed memory is reused once settled, or at
+ * once when it was freed in order on that same stream (the stream runs
+ * the new work after everything the free was ordered after, as the
+ * driver's pool relies on), fresh memory is taken otherwise; a device at
+ * its limit still waits to make room. A stream-ordered free is marked
+ * with its stream the same way. */
+void gvm_topo_stream_order(bool on, uint64_t stream);
 bool gvm_topo_reuse_waits(void);
+uint64_t gvm_topo_ordered_stream(void);   /* 0: none */
 
 /* Waits for all work queued on device dev (the calling thread's context if
  * it is on dev, and dev's primary context). While a stream capture is open

@@ -52,12 +52,30 @@ static bool serves_stream_ordered(CUstream s, CUcontext ctx, int dev)
     return !stream_capturing(GVM_REAL(cuStreamIsCapturing), s) && default_pool_current(dev);
 }
 
+/* A stream-ordered call: its stream, and whether a null stream means the
+ * per-thread one (the _ptsz entry points). */
+struct order {
+    CUstream stream;
+    bool per_thread;
+};
+
+/* The stream's id for reuse on the same stream (topo.h); 0 for the
+ * per-thread default stream (one handle, a stream per thread) or when the
+ * driver cannot say. */
+static uint64_t stream_id(const struct order *o)
+{
+    if (o->stream == CU_STREAM_PER_THREAD || (o->per_thread && !o->stream)) return 0;
+    unsigned long long id = 0;
+    if (!gvm_drv.cuStreamGetId || gvm_drv.cuStreamGetId(o->stream, &id) != CUDA_SUCCESS) return 0;
+    return id;
+}
+
 /* Serves an allocation, or returns CUDA_ERROR_NOT_SUPPORTED to send it
  * to the real driver (device without VMM, shim inactive). ordered: the
  * stream of a stream-ordered allocation, NULL for a plain one. Memory
  * gvmshim serves is usable at once, which stream order allows; only
  * reusing freed memory must not wait for the device there (topo.h). */
-static CUresult serve(size_t size, CUdeviceptr *out, const CUstream *ordered)
+static CUresult serve(size_t size, CUdeviceptr *out, const struct order *ordered)
 {
     if (!gvm_shim_serving()) return CUDA_ERROR_NOT_SUPPORTED;
     CUcontext ctx;
@@ -65,13 +83,13 @@ static CUresult serve(size_t size, CUdeviceptr *out, const CUstream *ordered)
     CUresult rc = current_device(&ctx, &dev);
     if (rc != CUDA_SUCCESS) return ordered ? CUDA_ERROR_NOT_SUPPORTED : rc;
     if (dev < 0 || dev >= gvm_topo.ndev || !gvm_topo.dev[dev].vmm) return CUDA_ERROR_NOT_SUPPORTED;
-    if (ordered && !serves_stream_ordered(*ordered, ctx, dev)) return CUDA_ERROR_NOT_SUPPORTED;
+    if (ordered && !serves_stream_ordered(ordered->stream, ctx, dev)) return CUDA_ERROR_NOT_SUPPORTED;
     struct gvm_capture_guard g;
     if (!gvm_shim_capture_enter(&g)) return CUDA_ERROR_NOT_SUPPORTED;   /* forbidden: the driver answers */
     uintptr_t p = 0;
-    if (ordered) gvm_topo_reuse_nowait(true);
+    if (ordered) gvm_topo_stream_order(true, stream_id(ordered));
     rc = gvm_policy_alloc(size, dev, ctx, gvm_shim_tag(), &p);
-    if (ordered) gvm_topo_reuse_nowait(false);
+    if (ordered) gvm_topo_stream_order(false, 0);
     gvm_shim_capture_leave(&g);
     if (rc == CUDA_SUCCESS) *out = (CUdeviceptr)p;
     return rc;
@@ -138,11 +156,12 @@ GVM_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
  * PyTorch's cudaMallocAsync backend, CuPy's MemoryAsyncPool) are served
  * like cuMemAlloc, so the limit, spill and pause cover them. */
 static CUresult alloc_async(__typeof__(cuMemAllocAsync) *real, enum gvm_driver_fn fn, CUdeviceptr *p,
-                            size_t n, CUstream s)
+                            size_t n, CUstream s, bool per_thread)
 {
     gvm_hook_count(fn);
     if (p && n) {
-        CUresult rc = serve(n, p, &s);
+        struct order o = {s, per_thread};
+        CUresult rc = serve(n, p, &o);
         if (rc != CUDA_ERROR_NOT_SUPPORTED) return rc;
     }
     gvm_stat_local_inc(passthrough_calls);
@@ -159,12 +178,18 @@ static CUresult alloc_async(__typeof__(cuMemAllocAsync) *real, enum gvm_driver_f
  * driver gets the call and gives its native answer. Waiting for the
  * stream instead would invalidate the capture. */
 static CUresult free_async(__typeof__(cuMemFreeAsync) *real, __typeof__(cuStreamIsCapturing) *is_capturing,
-                           enum gvm_driver_fn fn, CUdeviceptr p, CUstream s)
+                           enum gvm_driver_fn fn, CUdeviceptr p, CUstream s, bool per_thread)
 {
     gvm_hook_count(fn);
     if (p && gvm_shim_active() && !stream_capturing(is_capturing, s)) {
         struct gvm_ref ref;
-        if (gvm_heap_find((uintptr_t)p, &ref)) return gvm_policy_free((uintptr_t)p);
+        if (gvm_heap_find((uintptr_t)p, &ref)) {
+            struct order o = {s, per_thread};
+            gvm_topo_stream_order(true, stream_id(&o));
+            CUresult rc = gvm_policy_free((uintptr_t)p);
+            gvm_topo_stream_order(false, 0);
+            return rc;
+        }
     }
     gvm_stat_local_inc(passthrough_calls);
     return real(p, s);
@@ -172,23 +197,23 @@ static CUresult free_async(__typeof__(cuMemFreeAsync) *real, __typeof__(cuStream
 
 GVM_EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s)
 {
-    return alloc_async(GVM_REAL(cuMemAllocAsync), GVM_FN_cuMemAllocAsync, p, n, s);
+    return alloc_async(GVM_REAL(cuMemAllocAsync), GVM_FN_cuMemAllocAsync, p, n, s, false);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s)
 {
-    return alloc_async(GVM_REAL(cuMemAllocAsync_ptsz), GVM_FN_cuMemAllocAsync_ptsz, p, n, s);
+    return alloc_async(GVM_REAL(cuMemAllocAsync_ptsz), GVM_FN_cuMemAllocAsync_ptsz, p, n, s, true);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr p, CUstream s)
 {
-    return free_async(GVM_REAL(cuMemFreeAsync), GVM_REAL(cuStreamIsCapturing), GVM_FN_cuMemFreeAsync, p, s);
+    return free_async(GVM_REAL(cuMemFreeAsync), GVM_REAL(cuStreamIsCapturing), GVM_FN_cuMemFreeAsync, p, s, false);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuMemFreeAsync_ptsz(CUdeviceptr p, CUstream s)
 {
     return free_async(GVM_REAL(cuMemFreeAsync_ptsz), GVM_REAL(cuStreamIsCapturing), GVM_FN_cuMemFreeAsync_ptsz, p,
-                      s);
+                      s, true);
 }
 
 /* Memory gvmshim holds but the program does not use counts as free; a

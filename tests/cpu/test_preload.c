@@ -248,8 +248,10 @@ static void foreign_pointers_pass_through(void)
 /* cudaMallocAsync and its kin from the device's default pool are served
  * by gvmshim on any stream of the current context, the per-thread one
  * too; freed in stream order and allocated again without waiting for the
- * device. A stream of another device's context, or a zero size, gets the
- * driver's own answer. */
+ * device: memory freed on the same stream is reused at once (no new
+ * physical memory), as the driver's pool does; on another stream, fresh
+ * memory until a device-wide wait settles it. A stream of another
+ * device's context, or a zero size, gets the driver's own answer. */
 static void stream_ordered_allocations_are_served(void)
 {
     start();
@@ -274,16 +276,38 @@ static void stream_ordered_allocations_are_served(void)
     CHECK_EQ(D(cuStreamSynchronize, s), CUDA_SUCCESS);
     CHECK_EQ(x, 0x3c);
     unsigned long waits = calls_of("cuCtxSynchronize") + calls_of("cuStreamSynchronize");
+    CUstream s2;
+    CHECK_EQ(D(cuStreamCreate, &s2, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
     CHECK_EQ(D(cuMemFreeAsync, a, s), CUDA_SUCCESS);
     CHECK_EQ(query((void *)a, &info), GVM_ERR_UNKNOWN_POINTER);
-    CHECK_EQ(D(cuMemAllocAsync, &c, 8 * MiB, s), CUDA_SUCCESS);
+    unsigned long creates = calls_of("cuMemCreate");
+    CHECK_EQ(D(cuMemAllocAsync, &c, 8 * MiB, s2), CUDA_SUCCESS);
     CHECK(c != a);   /* a has not settled: fresh memory rather than a wait */
-    CHECK_EQ(D(cuMemFreeAsync, c, s), CUDA_SUCCESS);
+    CHECK(calls_of("cuMemCreate") > creates);
+    creates = calls_of("cuMemCreate");
+    CUdeviceptr again = 0;
+    CHECK_EQ(D(cuMemAllocAsync, &again, 8 * MiB, s), CUDA_SUCCESS);
+    CHECK_EQ(again, a);   /* freed on s, allocated on s: reused at once */
+    CHECK_EQ(D(cuMemFreeAsync, c, s2), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFreeAsync, again, s), CUDA_SUCCESS);
+    CUdeviceptr small_before = b;
     CHECK_EQ(D(cuMemFreeAsync, b, NULL), CUDA_SUCCESS);
     CHECK_EQ(D(cuMemAllocAsync, &b, 1000, NULL), CUDA_SUCCESS);
+    CHECK_EQ(b, small_before);   /* a small one too */
+    CHECK_EQ(calls_of("cuMemCreate"), creates);
     CHECK_EQ(cuMemFreeAsync_ptsz_p(t, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
     CHECK_EQ(calls_of("cuCtxSynchronize") + calls_of("cuStreamSynchronize"), waits);
     CHECK_EQ(D(cuMemFreeAsync, b, NULL), CUDA_SUCCESS);
+    /* The driver cannot name the stream at the free: served all the same,
+     * but not taken back on that stream before it settles. */
+    void (*fail)(const char *, unsigned long, CUresult) = sim_fn("simcuda_fail_call");
+    CHECK_EQ(D(cuMemAllocAsync, &a, 6 * MiB, s), CUDA_SUCCESS);
+    fail("cuStreamGetId", 1, CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(D(cuMemFreeAsync, a, s), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAllocAsync, &c, 6 * MiB, s), CUDA_SUCCESS);
+    CHECK(c != a);
+    CHECK_EQ(D(cuMemFreeAsync, c, s), CUDA_SUCCESS);
+    CHECK_EQ(calls_of("cuCtxSynchronize") + calls_of("cuStreamSynchronize"), waits);
     /* Zero bytes: whatever the driver says, nothing of gvmshim's. */
     CUdeviceptr z = 0;
     if (D(cuMemAllocAsync, &z, 0, s) == CUDA_SUCCESS) CHECK_EQ(query((void *)z, &info), GVM_ERR_UNKNOWN_POINTER);

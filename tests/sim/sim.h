@@ -47,6 +47,7 @@ struct sim_capture;
 struct CUstream_st {
     int dev;
     unsigned flags;
+    unsigned long long id;   /* unique for the process's life, as cuStreamGetId's */
     struct sim_capture *cap; /* the capture it records into, or NULL */
 };
 struct CUevent_st {

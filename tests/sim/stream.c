@@ -40,10 +40,31 @@ static CUresult sim_stream_create(CUstream *ph, unsigned flags)
         free(s);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
+    static unsigned long long next_id = 100;
     s->dev = dev;
     s->flags = flags;
+    s->id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED);
     *ph = s;
     return CUDA_SUCCESS;
+}
+
+/* The special streams: one legacy stream per device, one per-thread
+ * stream (the sim does not tell threads apart). */
+static CUresult sim_stream_get_id(CUstream s, unsigned long long *id)
+{
+    int dev;
+    if (!id)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = sim_stream_dev(s, &dev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    *id = s == CU_STREAM_PER_THREAD ? 50u + (unsigned)dev : s == NULL || s == CU_STREAM_LEGACY ? 1u + (unsigned)dev : s->id;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuStreamGetId(CUstream hStream, unsigned long long *streamId)
+{
+    SIM_API(cuStreamGetId, SIM_READ, sim_stream_get_id(hStream, streamId));
 }
 
 CUresult CUDAAPI cuStreamCreate(CUstream *phStream, unsigned int Flags)
