@@ -44,7 +44,8 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
     X(cuMemsetD16Async, _ptsz) X(cuMemsetD32Async, _ptsz)                      \
     X(cuMemsetD2D8Async, _ptsz) X(cuMemsetD2D16Async, _ptsz)                   \
     X(cuMemsetD2D32Async, _ptsz) X(cuMemAllocAsync, _ptsz)                     \
-    X(cuMemFreeAsync, _ptsz) X(cuLaunchKernel, _ptsz)                          \
+    X(cuMemFreeAsync, _ptsz) X(cuMemAllocFromPoolAsync, _ptsz)                 \
+    X(cuLaunchKernel, _ptsz)                                                   \
     X(cuLaunchKernelEx, _ptsz) X(cuLaunchCooperativeKernel, _ptsz)             \
     X(cuGraphLaunch, _ptsz) X(cuStreamSynchronize, _ptsz)                      \
     X(cuStreamQuery, _ptsz) X(cuEventRecord, _ptsz)                            \

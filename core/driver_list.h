@@ -36,7 +36,8 @@
     O(cuMemGetAddressRange_v2) O(cuPointerGetAttribute)                        \
     O(cuPointerGetAttributes) O(cuCtxEnablePeerAccess) O(cuCtxDisablePeerAccess) \
     O(cuMemAllocAsync) O(cuMemAllocAsync_ptsz)                                 \
-    O(cuMemFreeAsync) O(cuMemFreeAsync_ptsz)                                   \
+    O(cuMemAllocFromPoolAsync) O(cuMemAllocFromPoolAsync_ptsz)                 \
+    O(cuMemFreeAsync) O(cuMemFreeAsync_ptsz) O(cuMemPoolSetAccess)             \
     O(cuMemcpy) O(cuMemcpy_ptds) O(cuMemcpyAsync) O(cuMemcpyAsync_ptsz)        \
     O(cuMemcpyPeer) O(cuMemcpyPeer_ptds) O(cuMemcpyPeerAsync)                  \
     O(cuMemcpyPeerAsync_ptsz) O(cuMemcpyHtoD_v2) O(cuMemcpyHtoD_v2_ptds)       \

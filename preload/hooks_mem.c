@@ -2,6 +2,8 @@
 #include "preload/shim.h"
 
 #include "core/capture.h"
+#include "core/log.h"
+#include "core/reach.h"
 #include "policy/place.h"
 
 /* The device of the current context, as native allocation calls need it. */
@@ -25,39 +27,52 @@ static bool stream_capturing(__typeof__(cuStreamIsCapturing) *is_capturing, CUst
     return is_capturing(s, &st) != CUDA_SUCCESS || st != CU_STREAM_CAPTURE_STATUS_NONE;
 }
 
-static bool default_pool_current(int dev)
+/* dev's default pool (it never changes), or NULL. */
+static CUmemoryPool default_pool(int dev)
 {
     static CUmemoryPool defaults[GVM_MAX_DEVICES];
-    CUmemoryPool cur = NULL, def = __atomic_load_n(&defaults[dev], __ATOMIC_RELAXED);
-    if (!gvm_drv.cuDeviceGetMemPool || !gvm_drv.cuDeviceGetDefaultMemPool) return false;
-    if (!def) {
-        if (gvm_drv.cuDeviceGetDefaultMemPool(&def, dev) != CUDA_SUCCESS) return false;
-        __atomic_store_n(&defaults[dev], def, __ATOMIC_RELAXED);
-    }
-    return gvm_drv.cuDeviceGetMemPool(&cur, dev) == CUDA_SUCCESS && cur == def;
+    CUmemoryPool def = __atomic_load_n(&defaults[dev], __ATOMIC_RELAXED);
+    if (def || !gvm_drv.cuDeviceGetDefaultMemPool) return def;
+    if (gvm_drv.cuDeviceGetDefaultMemPool(&def, dev) != CUDA_SUCCESS) return NULL;
+    __atomic_store_n(&defaults[dev], def, __ATOMIC_RELAXED);
+    return def;
 }
 
-/* Whether gvmshim may serve cuMemAllocAsync on s: s belongs to the current
- * context (the default streams do; an unknown handle gets the driver's
- * answer), no capture records s (the graph allocates at each replay), and
- * the device's current pool is its default one (a pool the program made
- * current has attributes of its own: IPC export, another location). */
-static bool serves_stream_ordered(CUstream s, CUcontext ctx, int dev)
+/* The pool a stream-ordered allocation on dev draws from: the one named
+ * (cuMemAllocFromPoolAsync), else the device's current one. */
+static bool from_default_pool(int dev, CUmemoryPool named)
 {
+    CUmemoryPool def = default_pool(dev), cur = named;
+    if (!def) return false;
+    if (!cur && (!gvm_drv.cuDeviceGetMemPool || gvm_drv.cuDeviceGetMemPool(&cur, dev) != CUDA_SUCCESS)) return false;
+    return cur == def;
+}
+
+/* A stream-ordered call: its stream, whether a null stream means the
+ * per-thread one (the _ptsz entry points), and the pool it names (NULL:
+ * the device's current one). */
+struct order {
+    CUstream stream;
+    bool per_thread;
+    CUmemoryPool pool;
+};
+
+/* Whether gvmshim may serve a stream-ordered allocation: its stream
+ * belongs to the current context (the default streams do; an unknown
+ * handle gets the driver's answer), no capture records it (the graph
+ * allocates at each replay), and it draws from the device's default pool
+ * (a pool the program made has attributes of its own: IPC export, another
+ * location, its own reserve). */
+static bool serves_stream_ordered(const struct order *o, CUcontext ctx, int dev)
+{
+    CUstream s = o->stream;
     if (s && s != CU_STREAM_LEGACY && s != CU_STREAM_PER_THREAD) {
         CUcontext owner = NULL;
         if (!gvm_drv.cuStreamGetCtx || gvm_drv.cuStreamGetCtx(s, &owner) != CUDA_SUCCESS || owner != ctx)
             return false;
     }
-    return !stream_capturing(GVM_REAL(cuStreamIsCapturing), s) && default_pool_current(dev);
+    return !stream_capturing(GVM_REAL(cuStreamIsCapturing), s) && from_default_pool(dev, o->pool);
 }
-
-/* A stream-ordered call: its stream, and whether a null stream means the
- * per-thread one (the _ptsz entry points). */
-struct order {
-    CUstream stream;
-    bool per_thread;
-};
 
 /* The stream's id for reuse on the same stream (topo.h); 0 for the
  * per-thread default stream (one handle, a stream per thread) or when the
@@ -83,7 +98,7 @@ static CUresult serve(size_t size, CUdeviceptr *out, const struct order *ordered
     CUresult rc = current_device(&ctx, &dev);
     if (rc != CUDA_SUCCESS) return ordered ? CUDA_ERROR_NOT_SUPPORTED : rc;
     if (dev < 0 || dev >= gvm_topo.ndev || !gvm_topo.dev[dev].vmm) return CUDA_ERROR_NOT_SUPPORTED;
-    if (ordered && !serves_stream_ordered(ordered->stream, ctx, dev)) return CUDA_ERROR_NOT_SUPPORTED;
+    if (ordered && !serves_stream_ordered(ordered, ctx, dev)) return CUDA_ERROR_NOT_SUPPORTED;
     struct gvm_capture_guard g;
     if (!gvm_shim_capture_enter(&g)) return CUDA_ERROR_NOT_SUPPORTED;   /* forbidden: the driver answers */
     uintptr_t p = 0;
@@ -160,7 +175,7 @@ static CUresult alloc_async(__typeof__(cuMemAllocAsync) *real, enum gvm_driver_f
 {
     gvm_hook_count(fn);
     if (p && n) {
-        struct order o = {s, per_thread};
+        struct order o = {s, per_thread, NULL};
         CUresult rc = serve(n, p, &o);
         if (rc != CUDA_ERROR_NOT_SUPPORTED) return rc;
     }
@@ -184,7 +199,7 @@ static CUresult free_async(__typeof__(cuMemFreeAsync) *real, __typeof__(cuStream
     if (p && gvm_shim_active() && !stream_capturing(is_capturing, s)) {
         struct gvm_ref ref;
         if (gvm_heap_find((uintptr_t)p, &ref)) {
-            struct order o = {s, per_thread};
+            struct order o = {s, per_thread, NULL};
             gvm_topo_stream_order(true, stream_id(&o));
             CUresult rc = gvm_policy_free((uintptr_t)p);
             gvm_topo_stream_order(false, 0);
@@ -203,6 +218,58 @@ GVM_EXPORT CUresult CUDAAPI cuMemAllocAsync(CUdeviceptr *p, size_t n, CUstream s
 GVM_EXPORT CUresult CUDAAPI cuMemAllocAsync_ptsz(CUdeviceptr *p, size_t n, CUstream s)
 {
     return alloc_async(GVM_REAL(cuMemAllocAsync_ptsz), GVM_FN_cuMemAllocAsync_ptsz, p, n, s, true);
+}
+
+/* Named pools: served when the pool named is the device's default one
+ * (what cuda.core's default memory resource names); any other is the
+ * program's own and the driver's. */
+static CUresult alloc_from_pool(__typeof__(cuMemAllocFromPoolAsync) *real, enum gvm_driver_fn fn, CUdeviceptr *p,
+                                size_t n, CUmemoryPool pool, CUstream s, bool per_thread)
+{
+    gvm_hook_count(fn);
+    if (p && n && pool) {
+        struct order o = {s, per_thread, pool};
+        CUresult rc = serve(n, p, &o);
+        if (rc != CUDA_ERROR_NOT_SUPPORTED) return rc;
+    }
+    gvm_stat_local_inc(passthrough_calls);
+    return real(p, n, pool, s);
+}
+
+GVM_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s)
+{
+    return alloc_from_pool(GVM_REAL(cuMemAllocFromPoolAsync), GVM_FN_cuMemAllocFromPoolAsync, p, n, pool, s, false);
+}
+
+GVM_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t n, CUmemoryPool pool, CUstream s)
+{
+    return alloc_from_pool(GVM_REAL(cuMemAllocFromPoolAsync_ptsz), GVM_FN_cuMemAllocFromPoolAsync_ptsz, p, n, pool,
+                           s, true);
+}
+
+/* Access to a device's default pool granted to another device is peer
+ * access to the stream-ordered memory gvmshim serves for it: that device
+ * is granted the owner's allocations, as an enabled peer is
+ * (core/reach.h). Revoking takes nothing back, as disabling peer access
+ * does not. */
+GVM_EXPORT CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
+{
+    gvm_hook_count(GVM_FN_cuMemPoolSetAccess);
+    CUresult rc = GVM_REAL(cuMemPoolSetAccess)(pool, map, count);
+    if (rc != CUDA_SUCCESS || !gvm_shim_active() || !pool) return rc;
+    for (int owner = 0; owner < gvm_topo.ndev; owner++) {
+        if (default_pool(owner) != pool) continue;
+        for (size_t i = 0; i < count; i++) {
+            int dev = map[i].location.id;
+            if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || map[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE ||
+                dev == owner || dev < 0 || dev >= gvm_topo.ndev)
+                continue;
+            CUresult g = gvm_reach_enable(owner, dev);
+            if (g != CUDA_SUCCESS)
+                gvm_warn("granting device %d the memory of device %d failed (%d)", dev, owner, g);
+        }
+    }
+    return rc;
 }
 
 GVM_EXPORT CUresult CUDAAPI cuMemFreeAsync(CUdeviceptr p, CUstream s)

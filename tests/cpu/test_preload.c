@@ -323,6 +323,45 @@ static void stream_ordered_allocations_are_served(void)
     CHECK_EQ(D(cuMemFreeAsync, z, s1), CUDA_SUCCESS);
 }
 
+/* cuMemAllocFromPoolAsync naming the device's default pool is served as
+ * cuMemAllocAsync is (cuda.core's default resource names it); a pool of
+ * the program's own is the driver's. Access to the default pool granted
+ * to another device grants it gvmshim's allocations of the owner, as
+ * enabling peer access does. */
+static void default_pool_allocations_and_access_are_served(void)
+{
+    start();
+    gvm_status (*query)(const void *, gvm_info *) = dlsym(RTLD_DEFAULT, "gvm_query");
+    int (*access_mask)(CUdeviceptr) = sim_fn("simcuda_access_mask");
+    gvm_info info;
+    CUmemoryPool def;
+    CHECK_EQ(D(cuDeviceGetDefaultMemPool, &def, 0), CUDA_SUCCESS);
+    CUdeviceptr a = 0, b = 0, c = 0;
+    CHECK_EQ(D(cuMemAllocFromPoolAsync, &a, 4 * MiB, def, NULL), CUDA_SUCCESS);
+    CHECK_EQ(query((void *)a, &info), GVM_OK);
+    RES(cuMemAllocFromPoolAsync_ptsz, "cuMemAllocFromPoolAsync", 11020, CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM);
+    CHECK(!strcmp(symbol_of((void *)cuMemAllocFromPoolAsync_ptsz_p), "cuMemAllocFromPoolAsync_ptsz"));
+    CHECK_EQ(cuMemAllocFromPoolAsync_ptsz_p(&b, 1000, def, CU_STREAM_PER_THREAD), CUDA_SUCCESS);
+    CHECK_EQ(query((void *)b, &info), GVM_OK);
+    CHECK_EQ(D(cuMemAllocFromPoolAsync, &c, 4 * MiB, (CUmemoryPool)0x77, NULL), CUDA_SUCCESS);
+    CHECK_EQ(query((void *)c, &info), GVM_ERR_UNKNOWN_POINTER);
+    CHECK_EQ(D(cuMemFreeAsync, c, NULL), CUDA_SUCCESS);
+    CHECK_EQ(access_mask(a) & 2, 0);
+    CUmemAccessDesc rw = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 1},
+                          .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CHECK_EQ(D(cuMemPoolSetAccess, def, &rw, 1), CUDA_SUCCESS);
+    CHECK(access_mask(a) & 2);
+    CHECK(access_mask(b) & 2);
+    /* A refused call grants nothing. */
+    CUmemoryPool def1;
+    CHECK_EQ(D(cuDeviceGetDefaultMemPool, &def1, 1), CUDA_SUCCESS);
+    CUmemAccessDesc bad = {.location = {.type = CU_MEM_LOCATION_TYPE_HOST, .id = 0},
+                           .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CHECK_EQ(D(cuMemPoolSetAccess, def1, &bad, 1), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(D(cuMemFreeAsync, a, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFreeAsync, b, NULL), CUDA_SUCCESS);
+}
+
 static void failed_driver_call_returns_its_error_and_leaks_nothing(void)
 {
     start();
@@ -1084,6 +1123,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(per_thread_stream_variants_work)
     TEST_ENTRY(foreign_pointers_pass_through)
     TEST_ENTRY(stream_ordered_allocations_are_served)
+    TEST_ENTRY(default_pool_allocations_and_access_are_served)
     TEST_ENTRY(failed_driver_call_returns_its_error_and_leaks_nothing)
     TEST_ENTRY(linked_program_first_call_is_not_an_allocation)
     TEST_ENTRY(no_context_is_the_native_error)

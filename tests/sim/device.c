@@ -273,6 +273,21 @@ CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
     SIM_API(cuDeviceSetMemPool, SIM_WRITE, sim_set_pool(dev, pool));
 }
 
+static CUresult sim_pool_set_access(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
+{
+    if (!pool || (count && !map))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (size_t i = 0; i < count; i++)
+        if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || !sim_dev_valid(map[i].location.id))
+            return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
+{
+    SIM_API(cuMemPoolSetAccess, SIM_WRITE, sim_pool_set_access(pool, map, count));
+}
+
 /* ---- peer access --------------------------------------------------------- */
 
 int sim_ctx_reaches(int dev)

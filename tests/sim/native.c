@@ -158,6 +158,16 @@ static CUresult sim_mem_alloc_async(CUdeviceptr *dptr, size_t size, CUstream s)
     return rc;
 }
 
+/* Pools are handles only here (device.c): any non-null one serves. */
+static CUresult sim_mem_alloc_from_pool(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s)
+{
+    return pool ? sim_mem_alloc_async(dptr, size, s) : CUDA_ERROR_INVALID_VALUE;
+}
+
+SIM_API2(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz, SIM_WRITE,
+         (CUdeviceptr *dptr, size_t bytesize, CUmemoryPool pool, CUstream hStream),
+         sim_mem_alloc_from_pool(dptr, bytesize, pool, hStream))
+
 SIM_API2(cuMemAllocAsync, cuMemAllocAsync_ptsz, SIM_WRITE,
          (CUdeviceptr *dptr, size_t bytesize, CUstream hStream),
          sim_mem_alloc_async(dptr, bytesize, hStream))
