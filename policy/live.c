@@ -9,6 +9,7 @@
  * old configuration and limits come back. One change at a time. */
 #include "policy/live.h"
 
+#include "core/direct.h"
 #include "core/heap.h"
 #include "core/held.h"
 #include "core/log.h"
@@ -145,8 +146,9 @@ static const char *item_text(const struct item *items, int n, int id)
 }
 
 /* Refuses, before anything changes, what cannot work: lowering a device
- * limit below what its allocations hold with spill off, a host limit
- * below what the host holds. */
+ * limit below what its allocations hold with spill off, or below the
+ * program's own memory (core/direct.h), which nothing can move; a host
+ * limit below what the host holds. */
 static int refuse(const struct gvm_config *next, const struct limits *to, const struct limits *from,
                   const struct item *items, int n, FILE *out)
 {
@@ -156,6 +158,15 @@ static int refuse(const struct gvm_config *next, const struct limits *to, const 
         size_t usage = gvm_policy_usage(d), idle = gvm_heap_idle_bytes(d);
         size_t busy = usage > idle ? usage - idle : 0;
         human(usage, held, sizeof held);
+        size_t own = gvm_direct_bytes(d);
+        if (own > to->dev[d]) {
+            char text[32];
+            human(own, text, sizeof text);
+            fprintf(out, "%s: device %d holds %s the program created itself (cuMemCreate), which cannot move; "
+                         "nothing changed",
+                    item_text(items, n, GVM_OPT_device_limit), d, text);
+            return GVM_ERR_NO_MEMORY;
+        }
         if (!next->spill.n && busy > to->dev[d]) {
             fprintf(out, "%s: device %d holds %s and spill is off; nothing changed",
                     item_text(items, n, GVM_OPT_device_limit), d, held);

@@ -5,6 +5,7 @@
  * evicting leave data and configuration as they were. */
 #include "simcore.h"
 
+#include "core/direct.h"
 #include "core/held.h"
 #include "core/move.h"
 #include "core/log.h"
@@ -261,6 +262,28 @@ static void spill_off_refuses_a_limit_below_what_is_held(void)
     CHECK(strstr(reply, "spill: host -> off\n") != NULL);
 }
 
+/* The program's own device memory (cuMemCreate) counts under the limit
+ * but cannot move: a limit below it is refused even with spill on, and
+ * above it the rest leaves as usual. */
+static void a_limit_below_the_programs_own_memory_is_refused(void)
+{
+    start_policy((const char *const[]){"spill", "host", NULL});
+    uintptr_t a = palloc(24 * MiB);
+    fill(a, 24 * MiB, 3);
+    CHECK(gvm_direct_reserve(0, 40 * MiB));
+    struct snapshot s = snap();
+    CHECK_EQ(live_set("device_limit=0:32M", NULL), GVM_ERR_NO_MEMORY);
+    CHECK_STR(reply, "device_limit=0:32M: device 0 holds 40.0 MiB the program created itself (cuMemCreate), which "
+                     "cannot move; nothing changed");
+    unchanged(s);
+    CHECK_EQ(where(a), 0);
+    CHECK_EQ(live_set("device_limit=0:48M", NULL), GVM_OK);
+    CHECK_EQ(where(a), GVM_HOST);
+    CHECK(intact(a, 24 * MiB, 3));
+    CHECK(gvm_policy_usage(0) <= 48 * MiB);
+    gvm_direct_unreserve(0, 40 * MiB);
+}
+
 static void host_limit_below_what_the_host_holds_is_refused(void)
 {
     const char *kv[] = {"spill", "host", "device_limit", "0:32M", NULL};
@@ -458,6 +481,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(per_device_lists_and_percentages)
     TEST_ENTRY(idle_memory_is_trimmed_first)
     TEST_ENTRY(spill_off_refuses_a_limit_below_what_is_held)
+    TEST_ENTRY(a_limit_below_the_programs_own_memory_is_refused)
     TEST_ENTRY(host_limit_below_what_the_host_holds_is_refused)
     TEST_ENTRY(options_that_hold_from_the_start_are_refused)
     TEST_ENTRY(bad_values_read_as_the_config_parser_says)
