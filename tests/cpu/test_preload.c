@@ -779,10 +779,44 @@ static void stream_ordered_memory_counts_and_spills(void)
     CHECK_EQ(run_self("async-spill", "GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", NULL, 0), 0);
 }
 
+/* Threads creating and releasing their own device memory beside
+ * gvmshim's allocations, under the limit: whatever each creation was
+ * answered, the limit is never passed and nothing stays counted after
+ * the releases. */
+static void *own_vmm_churn(void *arg)
+{
+    (void)arg;
+    CHECK_EQ(D(cuCtxSetCurrent, ctx0), CUDA_SUCCESS);
+    for (int i = 0; i < 200; i++) {
+        CUmemGenericAllocationHandle h;
+        CUdeviceptr p = 0;
+        CUresult rc = create_at(CU_MEM_LOCATION_TYPE_DEVICE, 0, (size_t)(2 + i % 3 * 2) * MiB, &h);
+        CHECK(rc == CUDA_SUCCESS || rc == CUDA_ERROR_OUT_OF_MEMORY);
+        CHECK(free_now() <= 64 * MiB);
+        if (i % 5 == 0 && D(cuMemAlloc_v2, &p, 6 * MiB) == CUDA_SUCCESS) CHECK_EQ(D(cuMemFree_v2, p), CUDA_SUCCESS);
+        if (rc == CUDA_SUCCESS) CHECK_EQ(D(cuMemRelease, h), CUDA_SUCCESS);
+    }
+    return NULL;
+}
+
+static int own_vmm_threads_workload(void)
+{
+    start();
+    CUdeviceptr warm;
+    CHECK_EQ(D(cuMemAlloc_v2, &warm, 4096), CUDA_SUCCESS);
+    size_t before = free_now();
+    pthread_t t[4];
+    for (int i = 0; i < 4; i++) CHECK_EQ(pthread_create(&t[i], NULL, own_vmm_churn, NULL), 0);
+    for (int i = 0; i < 4; i++) CHECK_EQ(pthread_join(t[i], NULL), 0);
+    CHECK(free_now() >= before);   /* idle memory gvmshim caches counts as free */
+    return 0;
+}
+
 static void programs_own_device_memory_counts_under_the_limit(void)
 {
     CHECK_EQ(run_self("own-vmm", "GVM_DEVICE_LIMIT=0:64M", NULL, NULL, 0), 0);
     CHECK_EQ(run_self("own-vmm-spill", "GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", NULL, 0), 0);
+    CHECK_EQ(run_self("own-vmm-threads", "GVM_DEVICE_LIMIT=0:64M", NULL, NULL, 0), 0);
 }
 
 static void launches_are_scanned_when_spilling(void)
@@ -1160,6 +1194,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "async-limit")) exit(async_limit_workload());
         if (!strcmp(argv[2], "async-spill")) exit(async_spill_workload());
         if (!strcmp(argv[2], "own-vmm-spill")) exit(own_vmm_spill_workload());
+        if (!strcmp(argv[2], "own-vmm-threads")) exit(own_vmm_threads_workload());
         if (!strcmp(argv[2], "nothing")) exit(0);
         return 2;
     }
