@@ -250,19 +250,22 @@ GVM_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t 
 /* Access to a device's default pool granted to another device is peer
  * access to the stream-ordered memory gvmshim serves for it: that device
  * is granted the owner's allocations, as an enabled peer is
- * (core/reach.h). Revoking takes nothing back, as disabling peer access
- * does not. */
+ * (core/reach.h; before gvmshim starts, the grant is kept for the start).
+ * Revoking takes nothing back, as disabling peer access does not. */
 GVM_EXPORT CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
 {
     gvm_hook_count(GVM_FN_cuMemPoolSetAccess);
     CUresult rc = GVM_REAL(cuMemPoolSetAccess)(pool, map, count);
-    if (rc != CUDA_SUCCESS || !gvm_shim_active() || !pool) return rc;
-    for (int owner = 0; owner < gvm_topo.ndev; owner++) {
-        if (default_pool(owner) != pool) continue;
+    if (rc != CUDA_SUCCESS || !pool || !map) return rc;
+    /* Devices by the driver's numbering: gvmshim may not have started. */
+    for (int owner = 0; owner < GVM_MAX_DEVICES; owner++) {
+        CUmemoryPool def = default_pool(owner);
+        if (!def) break;
+        if (def != pool) continue;
         for (size_t i = 0; i < count; i++) {
             int dev = map[i].location.id;
             if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || map[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE ||
-                dev == owner || dev < 0 || dev >= gvm_topo.ndev)
+                dev == owner || dev < 0 || dev >= GVM_MAX_DEVICES)
                 continue;
             CUresult g = gvm_reach_enable(owner, dev);
             if (g != CUDA_SUCCESS)

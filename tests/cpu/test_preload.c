@@ -323,6 +323,8 @@ static void stream_ordered_allocations_are_served(void)
     CHECK_EQ(D(cuMemFreeAsync, z, s1), CUDA_SUCCESS);
 }
 
+static int run_self(const char *mode, const char *env1, const char *env2, char *out, size_t outlen);
+
 /* cuMemAllocFromPoolAsync naming the device's default pool is served as
  * cuMemAllocAsync is (cuda.core's default resource names it); a pool of
  * the program's own is the driver's. Access to the default pool granted
@@ -360,6 +362,24 @@ static void default_pool_allocations_and_access_are_served(void)
     CHECK_EQ(D(cuMemPoolSetAccess, def1, &bad, 1), CUDA_ERROR_INVALID_VALUE);
     CHECK_EQ(D(cuMemFreeAsync, a, NULL), CUDA_SUCCESS);
     CHECK_EQ(D(cuMemFreeAsync, b, NULL), CUDA_SUCCESS);
+    CHECK_EQ(run_self("pool-access-first", NULL, NULL, NULL, 0), 0);
+}
+
+/* Access to the default pool granted before gvmshim served anything (a
+ * fresh process: no allocation yet) holds for what it serves later. */
+static int pool_access_first_workload(void)
+{
+    start();
+    int (*access_mask)(CUdeviceptr) = sim_fn("simcuda_access_mask");
+    CUmemoryPool def;
+    CHECK_EQ(D(cuDeviceGetDefaultMemPool, &def, 0), CUDA_SUCCESS);
+    CUmemAccessDesc rw = {.location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 1},
+                          .flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE};
+    CHECK_EQ(D(cuMemPoolSetAccess, def, &rw, 1), CUDA_SUCCESS);
+    CUdeviceptr a = 0;
+    CHECK_EQ(D(cuMemAllocAsync, &a, 4 * MiB, NULL), CUDA_SUCCESS);
+    CHECK(access_mask(a) & 2);
+    return 0;
 }
 
 static void failed_driver_call_returns_its_error_and_leaks_nothing(void)
@@ -1191,6 +1211,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "late-handler")) exit(late_handler_workload());
         if (!strcmp(argv[2], "fork")) exit(fork_workload());
         if (!strcmp(argv[2], "own-vmm")) exit(own_vmm_workload());
+        if (!strcmp(argv[2], "pool-access-first")) exit(pool_access_first_workload());
         if (!strcmp(argv[2], "async-limit")) exit(async_limit_workload());
         if (!strcmp(argv[2], "async-spill")) exit(async_spill_workload());
         if (!strcmp(argv[2], "own-vmm-spill")) exit(own_vmm_spill_workload());
