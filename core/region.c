@@ -510,7 +510,9 @@ bool gvm_region_grant_copier(struct gvm_region *r, int dev)
 int gvm_region_location_now(struct gvm_region *r)
 {
     pthread_mutex_lock(&r->op);
-    int loc = gvm_region_location(r);
+    /* A record freed meanwhile may be rebuilt for a new allocation,
+     * without the lock, until it is published live. */
+    int loc = gvm_region_live(r) ? gvm_region_location(r) : GVM_LOC_NONE;
     pthread_mutex_unlock(&r->op);
     return loc;
 }

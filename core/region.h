@@ -205,7 +205,8 @@ bool gvm_region_grant_copier(struct gvm_region *r, int dev);
 int gvm_region_location(const struct gvm_region *r);
 
 /* The same, for a caller that does not hold r->op: a move may be
- * rewriting the block list meanwhile (waits for it). */
+ * rewriting the block list meanwhile (waits for it); GVM_LOC_NONE when r
+ * is no longer (or not yet) a live allocation. */
 int gvm_region_location_now(struct gvm_region *r);
 
 /* Physical bytes of r at loc. */
