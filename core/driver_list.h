@@ -38,6 +38,7 @@
     O(cuMemAllocAsync) O(cuMemAllocAsync_ptsz)                                 \
     O(cuMemAllocFromPoolAsync) O(cuMemAllocFromPoolAsync_ptsz)                 \
     O(cuMemFreeAsync) O(cuMemFreeAsync_ptsz) O(cuMemPoolSetAccess)             \
+    O(cuMemPoolGetAttribute) O(cuMemPoolSetAttribute)                          \
     O(cuMemcpy) O(cuMemcpy_ptds) O(cuMemcpyAsync) O(cuMemcpyAsync_ptsz)        \
     O(cuMemcpyPeer) O(cuMemcpyPeer_ptds) O(cuMemcpyPeerAsync)                  \
     O(cuMemcpyPeerAsync_ptsz) O(cuMemcpyHtoD_v2) O(cuMemcpyHtoD_v2_ptds)       \

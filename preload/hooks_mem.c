@@ -5,6 +5,7 @@
 #include "core/log.h"
 #include "core/reach.h"
 #include "policy/place.h"
+#include "preload/ordered.h"
 
 /* The device of the current context, as native allocation calls need it. */
 static CUresult current_device(CUcontext *ctx, int *dev)
@@ -107,6 +108,7 @@ static CUresult serve(size_t size, CUdeviceptr *out, const struct order *ordered
     if (ordered) gvm_topo_stream_order(false, 0);
     gvm_shim_capture_leave(&g);
     if (rc == CUDA_SUCCESS) *out = (CUdeviceptr)p;
+    if (rc == CUDA_SUCCESS && ordered) gvm_ordered_note(p, dev, size);
     return rc;
 }
 
@@ -159,6 +161,9 @@ GVM_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
                 return rc;
             gvm_shim_relax(&g);
         }
+        /* Before the free: once freed, another thread may be served the
+         * same address in stream order and note it. */
+        gvm_ordered_forget((uintptr_t)dptr);
         CUresult rc = gvm_policy_free((uintptr_t)dptr);
         gvm_shim_capture_leave(&g);
         if (rc != CUDA_ERROR_NOT_FOUND) return rc;
@@ -201,6 +206,7 @@ static CUresult free_async(__typeof__(cuMemFreeAsync) *real, __typeof__(cuStream
         if (gvm_heap_find((uintptr_t)p, &ref)) {
             struct order o = {s, per_thread, NULL};
             gvm_topo_stream_order(true, stream_id(&o));
+            gvm_ordered_forget((uintptr_t)p);   /* before: as cuMemFree */
             CUresult rc = gvm_policy_free((uintptr_t)p);
             gvm_topo_stream_order(false, 0);
             return rc;
@@ -271,6 +277,45 @@ GVM_EXPORT CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAcc
             if (g != CUDA_SUCCESS)
                 gvm_warn("granting device %d the memory of device %d failed (%d)", dev, owner, g);
         }
+    }
+    return rc;
+}
+
+/* The device whose default pool this is, or -1. */
+static int default_pool_owner(CUmemoryPool pool)
+{
+    for (int owner = 0; pool && owner < GVM_MAX_DEVICES; owner++) {
+        CUmemoryPool def = default_pool(owner);
+        if (!def) break;
+        if (def == pool) return owner;
+    }
+    return -1;
+}
+
+/* A default pool's use includes the stream-ordered memory gvmshim serves
+ * for it (preload/ordered.h): its reserve as much as its use, since
+ * gvmshim's cache is not the pool's. */
+GVM_EXPORT CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    gvm_hook_count(GVM_FN_cuMemPoolGetAttribute);
+    CUresult rc = GVM_REAL(cuMemPoolGetAttribute)(pool, attr, value);
+    if (rc != CUDA_SUCCESS || !value) return rc;
+    bool current = attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT || attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT;
+    bool high = attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH;
+    int owner = current || high ? default_pool_owner(pool) : -1;
+    if (owner >= 0) *(cuuint64_t *)value += current ? gvm_ordered_bytes(owner) : gvm_ordered_high(owner);
+    return rc;
+}
+
+/* Resetting a high-water mark (to 0, the only value allowed) resets
+ * gvmshim's share of it too. */
+GVM_EXPORT CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    gvm_hook_count(GVM_FN_cuMemPoolSetAttribute);
+    CUresult rc = GVM_REAL(cuMemPoolSetAttribute)(pool, attr, value);
+    if (rc == CUDA_SUCCESS && (attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH)) {
+        int owner = default_pool_owner(pool);
+        if (owner >= 0) gvm_ordered_reset_high(owner);
     }
     return rc;
 }

@@ -365,6 +365,43 @@ static void default_pool_allocations_and_access_are_served(void)
     CHECK_EQ(run_self("pool-access-first", NULL, NULL, NULL, 0), 0);
 }
 
+/* What the default pool reports of its use counts the stream-ordered
+ * memory gvmshim serves for it (PyTorch's cudaMallocAsync backend and
+ * CuPy's async pool read these): live bytes now, the high-water mark
+ * until it is reset to 0, and frees by either call. */
+static void default_pool_use_counts_what_gvmshim_serves(void)
+{
+    start();
+    CUmemoryPool def, def1;
+    CHECK_EQ(D(cuDeviceGetDefaultMemPool, &def, 0), CUDA_SUCCESS);
+    CHECK_EQ(D(cuDeviceGetDefaultMemPool, &def1, 1), CUDA_SUCCESS);
+    cuuint64_t used = 0, reserved = 0, high = 0, zero = 0, other = 0;
+    CHECK_EQ(D(cuMemPoolGetAttribute, def, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used), CUDA_SUCCESS);
+    cuuint64_t base = used;
+    CUdeviceptr a = 0, b = 0, c = 0;
+    CHECK_EQ(D(cuMemAllocAsync, &a, 4 * MiB, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAllocAsync, &b, 1000, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAlloc_v2, &c, 2 * MiB), CUDA_SUCCESS);   /* not stream-ordered: not the pool's */
+    CHECK_EQ(D(cuMemPoolGetAttribute, def, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used), CUDA_SUCCESS);
+    CHECK_EQ(used, base + 4 * MiB + 1000);
+    CHECK_EQ(D(cuMemPoolGetAttribute, def, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved), CUDA_SUCCESS);
+    CHECK(reserved >= used);
+    CHECK_EQ(D(cuMemPoolGetAttribute, def1, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &other), CUDA_SUCCESS);
+    CHECK_EQ(other, 0);
+    CHECK_EQ(D(cuMemFreeAsync, a, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFree_v2, b), CUDA_SUCCESS);   /* a plain free of stream-ordered memory */
+    CHECK_EQ(D(cuMemFree_v2, c), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemPoolGetAttribute, def, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used), CUDA_SUCCESS);
+    CHECK_EQ(used, base);
+    CHECK_EQ(D(cuMemPoolGetAttribute, def, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &high), CUDA_SUCCESS);
+    CHECK(high >= base + 4 * MiB + 1000);
+    CHECK_EQ(D(cuMemPoolSetAttribute, def, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemPoolGetAttribute, def, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &high), CUDA_SUCCESS);
+    CHECK_EQ(high, base);
+    cuuint64_t bad = 5;   /* the driver's answer stands */
+    CHECK_EQ(D(cuMemPoolSetAttribute, def, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &bad), CUDA_ERROR_INVALID_VALUE);
+}
+
 /* Access to the default pool granted before gvmshim served anything (a
  * fresh process: no allocation yet) holds for what it serves later. */
 static int pool_access_first_workload(void)
@@ -1178,6 +1215,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(foreign_pointers_pass_through)
     TEST_ENTRY(stream_ordered_allocations_are_served)
     TEST_ENTRY(default_pool_allocations_and_access_are_served)
+    TEST_ENTRY(default_pool_use_counts_what_gvmshim_serves)
     TEST_ENTRY(failed_driver_call_returns_its_error_and_leaks_nothing)
     TEST_ENTRY(linked_program_first_call_is_not_an_allocation)
     TEST_ENTRY(no_context_is_the_native_error)

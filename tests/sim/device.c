@@ -273,6 +273,46 @@ CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
     SIM_API(cuDeviceSetMemPool, SIM_WRITE, sim_set_pool(dev, pool));
 }
 
+/* The pool's own use: the sim's stream-ordered memory is not counted in
+ * any pool, so use and reserve read 0; marks can only be reset to 0. */
+static CUresult sim_pool_get_attr(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    if (!pool || !value)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
+    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
+        *(cuuint64_t *)value = 0;
+        return CUDA_SUCCESS;
+    default:
+        *(int *)value = 0;
+        return CUDA_SUCCESS;
+    }
+}
+
+static CUresult sim_pool_set_attr(CUmemoryPool pool, CUmemPool_attribute attr, const void *value)
+{
+    if (!pool || !value)
+        return CUDA_ERROR_INVALID_VALUE;
+    if ((attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH) &&
+        *(const cuuint64_t *)value != 0)
+        return CUDA_ERROR_INVALID_VALUE;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    SIM_API(cuMemPoolGetAttribute, SIM_READ, sim_pool_get_attr(pool, attr, value));
+}
+
+CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
+{
+    SIM_API(cuMemPoolSetAttribute, SIM_WRITE, sim_pool_set_attr(pool, attr, value));
+}
+
 static CUresult sim_pool_set_access(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
 {
     if (!pool || (count && !map))
