@@ -19,7 +19,9 @@
  * 4 allocations of 2 MiB, as bench/launch.cu), launch-struct (one
  * 512-byte argument of 64 pointers into 8 allocations of 2 MiB),
  * alloc:SIZE (a cuMemAlloc_v2 + cuMemFree_v2 pair; the hook's pair is
- * served from gvmshim's cache after the first). With --threads 2 every
+ * served from gvmshim's cache after the first), async:SIZE (a
+ * cuMemAllocAsync + cuMemFreeAsync pair on the thread's stream; gvmshim's
+ * reuses on that stream). With --threads 2 every
  * thread runs the same operation on its own buffers and stream, at the
  * same time; "copy-shared" has both threads copy between the same two
  * allocations (bytes of their own). Prints, per operation and thread
@@ -58,6 +60,8 @@ static struct {
     __typeof__(cuMemsetD8Async) *set[2];
     __typeof__(cuLaunchKernel) *launch[2];
     __typeof__(cuMemAlloc_v2) *alloc[2];
+    __typeof__(cuMemAllocAsync) *alloc_async[2];
+    __typeof__(cuMemFreeAsync) *free_async[2];
     __typeof__(cuMemFree_v2) *free_[2];
 } ep;
 
@@ -118,6 +122,8 @@ static void open_driver(void)
         ep.launch[w] = need(lib, looks[w], "cuLaunchKernel");
         ep.alloc[w] = need(lib, looks[w], "cuMemAlloc_v2");
         ep.free_[w] = need(lib, looks[w], "cuMemFree_v2");
+        ep.alloc_async[w] = need(lib, looks[w], "cuMemAllocAsync");
+        ep.free_async[w] = need(lib, looks[w], "cuMemFreeAsync");
     }
     __typeof__(cuInit) *init = need(lib, dlsym, "cuInit");
     __typeof__(cuDevicePrimaryCtxRetain) *retain = need(lib, dlsym, "cuDevicePrimaryCtxRetain");
@@ -186,6 +192,12 @@ static void run_op(const struct op *op, struct bufs *m, int which, long n, size_
         void *params[1] = {m->ptrs};
         for (long i = 0; i < n; i++)
             CK("cuLaunchKernel", f(kernel_struct, 1, 1, 1, 32, 1, 1, 0, m->s, params, NULL));
+    } else if (!strncmp(op->name, "async:", 6)) {
+        for (long i = 0; i < n; i++) {
+            CUdeviceptr p;
+            CK("cuMemAllocAsync", ep.alloc_async[which](&p, op->size, m->s));
+            CK("cuMemFreeAsync", ep.free_async[which](p, m->s));
+        }
     } else {   /* alloc */
         __typeof__(cuMemAlloc_v2) *a = ep.alloc[which];
         __typeof__(cuMemFree_v2) *fr = ep.free_[which];
@@ -385,7 +397,7 @@ int main(int argc, char **argv)
     double batch_us = 300;
     bool ops_given = false;
     const char *ops_arg = "copy,copy-regions,copy-shared,memset,launch4,launch-struct,"
-                          "alloc:256,alloc:64K,alloc:2M,alloc:64M,alloc:1G";
+                          "alloc:256,alloc:64K,alloc:2M,alloc:64M,alloc:1G,async:256,async:2M,async:64M";
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
             for (char *t = strtok(argv[++i], ","); t && nthreads_list < MAX_THREADS; t = strtok(NULL, ","))
@@ -433,7 +445,7 @@ int main(int argc, char **argv)
     char *ops = strdup(ops_arg), *save = NULL;
     for (char *name = strtok_r(ops, ",", &save); name; name = strtok_r(NULL, ",", &save)) {
         struct op op = {.name = name};
-        if (!strncmp(name, "alloc:", 6)) {
+        if (!strncmp(name, "alloc:", 6) || !strncmp(name, "async:", 6)) {
             op.size = parse_size(name + 6);
         } else if (!strcmp(name, "copy-shared")) {
             op.shared = true;
