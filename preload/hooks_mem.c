@@ -262,7 +262,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAcc
 {
     gvm_hook_count(GVM_FN_cuMemPoolSetAccess);
     CUresult rc = GVM_REAL(cuMemPoolSetAccess)(pool, map, count);
-    if (rc != CUDA_SUCCESS || !pool || !map) return rc;
+    if (rc != CUDA_SUCCESS || !pool || !map || gvm_cfg_disabled()) return rc;
     /* Devices by the driver's numbering: gvmshim may not have started. */
     for (int owner = 0; owner < GVM_MAX_DEVICES; owner++) {
         CUmemoryPool def = default_pool(owner);
@@ -299,7 +299,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_a
 {
     gvm_hook_count(GVM_FN_cuMemPoolGetAttribute);
     CUresult rc = GVM_REAL(cuMemPoolGetAttribute)(pool, attr, value);
-    if (rc != CUDA_SUCCESS || !value) return rc;
+    if (rc != CUDA_SUCCESS || !value || !gvm_shim_active()) return rc;
     bool current = attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT || attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT;
     bool high = attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH;
     int owner = current || high ? default_pool_owner(pool) : -1;
@@ -313,7 +313,8 @@ GVM_EXPORT CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_a
 {
     gvm_hook_count(GVM_FN_cuMemPoolSetAttribute);
     CUresult rc = GVM_REAL(cuMemPoolSetAttribute)(pool, attr, value);
-    if (rc == CUDA_SUCCESS && (attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH)) {
+    if (rc == CUDA_SUCCESS && gvm_shim_active() &&
+        (attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH)) {
         int owner = default_pool_owner(pool);
         if (owner >= 0) gvm_ordered_reset_high(owner);
     }
