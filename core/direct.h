@@ -12,13 +12,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-/* Reserves bytes on dev under its cap before the driver is asked; false
- * (nothing reserved) when the cap would be passed. */
-bool gvm_direct_reserve(int dev, size_t bytes);
-
-/* Gives a reservation back: the creation failed, or its handle was
- * released (gvm_direct_forget). */
-void gvm_direct_unreserve(int dev, size_t bytes);
+/* Its bytes are reserved in core/held.h before the driver is asked, and
+ * given back when the creation fails or the handle is released. */
 
 /* Records a created handle; false when it cannot be recorded (no memory):
  * the caller then gives the reservation back, as the release could not. */
@@ -28,7 +23,8 @@ bool gvm_direct_remember(CUmemGenericAllocationHandle h, int dev, size_t bytes);
  * created, one imported from another process, one already released). */
 bool gvm_direct_forget(CUmemGenericAllocationHandle h, int *dev, size_t *bytes);
 
-/* Bytes the program holds through its own handles on loc (0 for host). */
+/* Bytes the program holds through its own handles on loc (0 for host),
+ * counted from the creation's record (gvm_direct_remember) to its release. */
 size_t gvm_direct_bytes(int loc);
 size_t gvm_direct_peak(int loc);   /* the most at once so far */
 

@@ -47,33 +47,35 @@ static unsigned bucket_of(size_t mapped) { return (unsigned)((mapped / gvm_topo.
  * finished (topo.h); the wait, when one is needed, is one device sync. */
 static void cache_return(int device, struct gvm_region *r);
 
-/* While a capture is open on the device no wait may run (nor while a
- * stream-ordered allocation is served, topo.h): only a region already
- * settled can be reused, else the caller takes fresh memory. */
+/* Freed in order on the stream this thread now serves (topo.h). */
 static bool same_stream(const struct gvm_region *r)
 {
     uint64_t s = gvm_topo_ordered_stream();
     return s && r->freed_on == s;
 }
 
-/* Unmapping is not stream-ordered: only a settled region may go. */
-static bool releasable(int device, const struct gvm_region *r, bool capturing)
+/* While no wait may run (a capture is open on the device, or a
+ * stream-ordered allocation is served: topo.h), only a region already
+ * settled may be unmapped; unmapping is not stream-ordered. */
+static bool releasable(int device, const struct gvm_region *r, bool no_wait)
 {
-    return !capturing || gvm_topo_settled(device, r->freed_at);
+    return !no_wait || gvm_topo_settled(device, r->freed_at);
 }
 
-static bool reusable(int device, const struct gvm_region *r, bool capturing)
+/* Reuse may also take, at once, a region freed in order on the same
+ * stream; otherwise the caller takes fresh memory. */
+static bool reusable(int device, const struct gvm_region *r, bool no_wait)
 {
-    return releasable(device, r, capturing) || same_stream(r);
+    return releasable(device, r, no_wait) || same_stream(r);
 }
 
 static struct gvm_region *cache_take(int device, size_t mapped)
 {
     struct cache *c = &caches[device];
-    bool capturing = gvm_capture_open(device) || !gvm_topo_reuse_waits();
+    bool no_wait = gvm_capture_open(device) || !gvm_topo_reuse_waits();
     gvm_heap_lock();
     struct gvm_region **pp = &c->bucket[bucket_of(mapped)];
-    while (*pp && ((*pp)->mapped != mapped || !reusable(device, *pp, capturing))) pp = &(*pp)->next;
+    while (*pp && ((*pp)->mapped != mapped || !reusable(device, *pp, no_wait))) pp = &(*pp)->next;
     struct gvm_region *r = *pp;
     if (r) {
         *pp = r->next;

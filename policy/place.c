@@ -81,12 +81,16 @@ CUresult gvm_policy_free(uintptr_t p) { return gvm_heap_free(p); }
  * own allocations leave the device (the program's cannot move). */
 CUresult gvm_policy_reserve_direct(int device, size_t bytes)
 {
-    if (gvm_direct_reserve(device, bytes)) return CUDA_SUCCESS;
-    if (gvm_heap_trim(device) && gvm_direct_reserve(device, bytes)) return CUDA_SUCCESS;
+    if (gvm_held_reserve(device, bytes)) return CUDA_SUCCESS;
     size_t cap = gvm_held_cap(device), moved = 0;
-    if (gvm_policy_cfg()->spill.n > 0 && bytes <= cap && gvm_spill_down_to(device, cap - bytes, &moved) == CUDA_SUCCESS &&
-        gvm_direct_reserve(device, bytes)) {
-        gvm_debug("spill: moved %zu bytes off device %d for %zu bytes the program creates", moved, device, bytes);
+    /* gvm_spill_down_to trims idle memory before it moves anything. */
+    if (gvm_policy_cfg()->spill.n > 0 && bytes <= cap)
+        gvm_spill_down_to(device, cap - bytes, &moved);
+    else
+        gvm_heap_trim(device);
+    if (gvm_held_reserve(device, bytes)) {
+        if (moved)
+            gvm_debug("spill: moved %zu bytes off device %d for %zu bytes the program creates", moved, device, bytes);
         return CUDA_SUCCESS;
     }
     /* Once: the program (or a library in it, NCCL) sees only an OOM. */

@@ -5,7 +5,22 @@
 #include "core/log.h"
 #include "core/reach.h"
 #include "policy/place.h"
-#include "preload/ordered.h"
+#include "core/tally.h"
+
+/* The stream-ordered allocations served for default pools, by address:
+ * natively they are the pool's, and programs read the pool's use from its
+ * attributes (PyTorch's cudaMallocAsync backend reports them as reserved
+ * memory, CuPy's async pool as its used bytes), so cuMemPoolGetAttribute
+ * adds them in. Forgotten before any free of them: once freed, another
+ * thread may be served the same address in stream order. */
+static struct gvm_tally ordered_live = GVM_TALLY_INIT;
+
+static void forget_ordered(uintptr_t p)
+{
+    int dev;
+    size_t bytes;
+    gvm_tally_take(&ordered_live, p, &dev, &bytes);
+}
 
 /* The device of the current context, as native allocation calls need it. */
 static CUresult current_device(CUcontext *ctx, int *dev)
@@ -108,7 +123,7 @@ static CUresult serve(size_t size, CUdeviceptr *out, const struct order *ordered
     if (ordered) gvm_topo_stream_order(false, 0);
     gvm_shim_capture_leave(&g);
     if (rc == CUDA_SUCCESS) *out = (CUdeviceptr)p;
-    if (rc == CUDA_SUCCESS && ordered) gvm_ordered_note(p, dev, size);
+    if (rc == CUDA_SUCCESS && ordered) gvm_tally_add(&ordered_live, p, dev, size);
     return rc;
 }
 
@@ -161,9 +176,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
                 return rc;
             gvm_shim_relax(&g);
         }
-        /* Before the free: once freed, another thread may be served the
-         * same address in stream order and note it. */
-        gvm_ordered_forget((uintptr_t)dptr);
+        forget_ordered((uintptr_t)dptr);
         CUresult rc = gvm_policy_free((uintptr_t)dptr);
         gvm_shim_capture_leave(&g);
         if (rc != CUDA_ERROR_NOT_FOUND) return rc;
@@ -206,7 +219,7 @@ static CUresult free_async(__typeof__(cuMemFreeAsync) *real, __typeof__(cuStream
         if (gvm_heap_find((uintptr_t)p, &ref)) {
             struct order o = {s, per_thread, NULL};
             gvm_topo_stream_order(true, stream_id(&o));
-            gvm_ordered_forget((uintptr_t)p);   /* before: as cuMemFree */
+            forget_ordered((uintptr_t)p);
             CUresult rc = gvm_policy_free((uintptr_t)p);
             gvm_topo_stream_order(false, 0);
             return rc;
@@ -253,35 +266,8 @@ GVM_EXPORT CUresult CUDAAPI cuMemAllocFromPoolAsync_ptsz(CUdeviceptr *p, size_t 
                            s, true);
 }
 
-/* Access to a device's default pool granted to another device is peer
- * access to the stream-ordered memory gvmshim serves for it: that device
- * is granted the owner's allocations, as an enabled peer is
- * (core/reach.h; before gvmshim starts, the grant is kept for the start).
- * Revoking takes nothing back, as disabling peer access does not. */
-GVM_EXPORT CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
-{
-    gvm_hook_count(GVM_FN_cuMemPoolSetAccess);
-    CUresult rc = GVM_REAL(cuMemPoolSetAccess)(pool, map, count);
-    if (rc != CUDA_SUCCESS || !pool || !map || gvm_cfg_disabled()) return rc;
-    /* Devices by the driver's numbering: gvmshim may not have started. */
-    for (int owner = 0; owner < GVM_MAX_DEVICES; owner++) {
-        CUmemoryPool def = default_pool(owner);
-        if (!def) break;
-        if (def != pool) continue;
-        for (size_t i = 0; i < count; i++) {
-            int dev = map[i].location.id;
-            if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || map[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE ||
-                dev == owner || dev < 0 || dev >= GVM_MAX_DEVICES)
-                continue;
-            CUresult g = gvm_reach_enable(owner, dev);
-            if (g != CUDA_SUCCESS)
-                gvm_warn("granting device %d the memory of device %d failed (%d)", dev, owner, g);
-        }
-    }
-    return rc;
-}
-
-/* The device whose default pool this is, or -1. */
+/* The device whose default pool this is, or -1. Devices by the driver's
+ * numbering: gvmshim may not have started. */
 static int default_pool_owner(CUmemoryPool pool)
 {
     for (int owner = 0; pool && owner < GVM_MAX_DEVICES; owner++) {
@@ -292,9 +278,30 @@ static int default_pool_owner(CUmemoryPool pool)
     return -1;
 }
 
+/* Access to a device's default pool granted to another device is peer
+ * access to the stream-ordered memory gvmshim serves for it: that device
+ * is granted the owner's allocations, as an enabled peer is
+ * (core/reach.h; before gvmshim starts, the grant is kept for the start).
+ * Revoking takes nothing back, as disabling peer access does not. */
+GVM_EXPORT CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
+{
+    gvm_hook_count(GVM_FN_cuMemPoolSetAccess);
+    CUresult rc = GVM_REAL(cuMemPoolSetAccess)(pool, map, count);
+    int owner = rc == CUDA_SUCCESS && map && !gvm_cfg_disabled() ? default_pool_owner(pool) : -1;
+    for (size_t i = 0; owner >= 0 && i < count; i++) {
+        int dev = map[i].location.id;
+        if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || map[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE ||
+            dev == owner || dev < 0 || dev >= GVM_MAX_DEVICES)
+            continue;
+        CUresult g = gvm_reach_enable(owner, dev);
+        if (g != CUDA_SUCCESS) gvm_warn("granting device %d the memory of device %d failed (%d)", dev, owner, g);
+    }
+    return rc;
+}
+
 /* A default pool's use includes the stream-ordered memory gvmshim serves
- * for it (preload/ordered.h): its reserve as much as its use, since
- * gvmshim's cache is not the pool's. */
+ * for it (ordered_live): its reserve as much as its use, since gvmshim's
+ * cache is not the pool's. */
 GVM_EXPORT CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     gvm_hook_count(GVM_FN_cuMemPoolGetAttribute);
@@ -303,7 +310,8 @@ GVM_EXPORT CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_a
     bool current = attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT || attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT;
     bool high = attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH;
     int owner = current || high ? default_pool_owner(pool) : -1;
-    if (owner >= 0) *(cuuint64_t *)value += current ? gvm_ordered_bytes(owner) : gvm_ordered_high(owner);
+    if (owner >= 0)
+        *(cuuint64_t *)value += current ? gvm_tally_bytes(&ordered_live, owner) : gvm_tally_high(&ordered_live, owner);
     return rc;
 }
 
@@ -316,7 +324,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_a
     if (rc == CUDA_SUCCESS && gvm_shim_active() &&
         (attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH)) {
         int owner = default_pool_owner(pool);
-        if (owner >= 0) gvm_ordered_reset_high(owner);
+        if (owner >= 0) gvm_tally_reset_high(&ordered_live, owner);
     }
     return rc;
 }

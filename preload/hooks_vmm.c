@@ -6,6 +6,7 @@
 #include "preload/shim.h"
 
 #include "core/direct.h"
+#include "core/held.h"
 #include "policy/place.h"
 
 /* The device whose memory a creation makes, or -1 when it is none that
@@ -33,7 +34,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *h, size_t 
     CUresult rc = gvm_policy_reserve_direct(dev, size);
     if (rc != CUDA_SUCCESS) return rc;
     rc = GVM_REAL(cuMemCreate)(h, size, prop, flags);
-    if (rc != CUDA_SUCCESS || !gvm_direct_remember(*h, dev, size)) gvm_direct_unreserve(dev, size);
+    if (rc != CUDA_SUCCESS || !gvm_direct_remember(*h, dev, size)) gvm_held_release(dev, size);
     return rc;
 }
 
@@ -47,6 +48,6 @@ GVM_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle h)
     bool counted = gvm_shim_active() && gvm_direct_forget(h, &dev, &bytes);
     CUresult rc = GVM_REAL(cuMemRelease)(h);
     if (!counted) return rc;
-    if (rc == CUDA_SUCCESS || !gvm_direct_remember(h, dev, bytes)) gvm_direct_unreserve(dev, bytes);
+    if (rc == CUDA_SUCCESS || !gvm_direct_remember(h, dev, bytes)) gvm_held_release(dev, bytes);
     return rc;
 }

@@ -270,7 +270,8 @@ static void a_limit_below_the_programs_own_memory_is_refused(void)
     start_policy((const char *const[]){"spill", "host", NULL});
     uintptr_t a = palloc(24 * MiB);
     fill(a, 24 * MiB, 3);
-    CHECK(gvm_direct_reserve(0, 40 * MiB));
+    CHECK(gvm_held_reserve(0, 40 * MiB));   /* as the cuMemCreate hook does */
+    CHECK(gvm_direct_remember((CUmemGenericAllocationHandle)0x4242, 0, 40 * MiB));
     struct snapshot s = snap();
     CHECK_EQ(live_set("device_limit=0:32M", NULL), GVM_ERR_NO_MEMORY);
     CHECK_STR(reply, "device_limit=0:32M: device 0 holds 40.0 MiB the program created itself (cuMemCreate), which "
@@ -281,7 +282,10 @@ static void a_limit_below_the_programs_own_memory_is_refused(void)
     CHECK_EQ(where(a), GVM_HOST);
     CHECK(intact(a, 24 * MiB, 3));
     CHECK(gvm_policy_usage(0) <= 48 * MiB);
-    gvm_direct_unreserve(0, 40 * MiB);
+    int dev;
+    size_t bytes;
+    CHECK(gvm_direct_forget((CUmemGenericAllocationHandle)0x4242, &dev, &bytes));
+    gvm_held_release(dev, bytes);
 }
 
 static void host_limit_below_what_the_host_holds_is_refused(void)
