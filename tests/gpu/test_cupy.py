@@ -3,7 +3,10 @@
 gradient-descent loop give the same numbers natively and under the shim;
 the stats show the shim served CuPy's pool; and a computation whose
 arrays need ~1.5x GVM_DEVICE_LIMIT completes under GVM_SPILL=host with the
-same results as natively.
+same results as natively. CuPy's stream-ordered pool (MemoryAsyncPool,
+cudaMallocAsync) is held to the limit too: NVML's figure for the process
+stays within the limit past what it held before the job, and the pool's
+own used_bytes() counts the arrays.
 
 The parent runs without the shim (it never imports cupy); each run is a
 child process. Exit 77 without cupy or a GPU.
@@ -67,8 +70,30 @@ def spill_work(cp, mats, dim, steps):
     return sums, ms
 
 
+def nvml_or_skip():
+    from gvmnvml import Sampler, try_nvml
+
+    nvml, why = try_nvml(1)
+    if nvml is None:
+        gt.child_skip(why)
+    return Sampler(nvml, 1)
+
+
 def child_run(args):
     cp = cupy_or_skip()
+    pool = sampler = None
+    if args.get("async_pool"):
+        pool = cp.cuda.MemoryAsyncPool()
+        cp.cuda.set_allocator(pool.malloc)
+    if args.get("nvml"):
+        # The context, cuBLAS and the pool's first block, before the baseline.
+        x = cp.ones((64, 64), dtype=cp.float32)
+        float((x @ x).sum())
+        cp.cuda.Device(0).synchronize()
+        sampler = nvml_or_skip()
+        sampler.sample()
+        base = sampler.peak[0]
+        sampler.start()
     name = cp.cuda.runtime.getDeviceProperties(0)["name"]
     res = {"device": name.decode(errors="replace") if isinstance(name, bytes) else str(name)}
     if args.get("need_free"):
@@ -95,6 +120,11 @@ def child_run(args):
                 loc = str(gvmshim.query(m.data.ptr).location)
                 by[loc] = by.get(loc, 0) + int(m.nbytes)
             res["mats_at"] = by
+    if pool is not None:
+        res["pool_used"] = int(pool.used_bytes())
+    if sampler is not None:
+        sampler.stop()
+        res["nvml_base"], res["nvml_peak"] = base, sampler.peak[0]
     return res
 
 
@@ -148,10 +178,32 @@ def case_spill_host():
               "failed migrations %d, failed allocations %d" % (st["migrations_failed"], st["alloc_failures"]))
 
 
+def case_async_pool_limit():
+    ref = native()
+    need = ref.result["spill_bytes"]
+    got = gt.run_child(__file__, "run", dict(SPILL, spill=True, shim=True, async_pool=True, nvml=True), shim=True,
+                       env={"GVM_DEVICE_LIMIT": LIMIT, "GVM_SPILL": "host"}, label="async pool (shim)")
+    worst = gt.compare_series(ref.result["spill_sums"], got.result["spill_sums"], 1e-6, "results")
+    r, st = got.result, got.stats
+    grew = r["nvml_peak"] - r["nvml_base"]
+    print("  %.2f GiB of matrices from MemoryAsyncPool under a %s limit: NVML %.0f -> peak %.0f MiB (+%.0f MiB), "
+          "pool used_bytes %.2f GiB, spills %d; worst relative difference %.3g"
+          % (need / GiB, LIMIT, r["nvml_base"] / MiB, r["nvml_peak"] / MiB, grew / MiB, r["pool_used"] / GiB,
+             st["spills"], worst))
+    # One 2 MiB piece of slack: NVML counts what the driver holds, the limit
+    # what gvmshim handed out, and both round to the piece.
+    gt.expect(grew <= LIMIT_BYTES + 2 * MiB, "NVML grew %.0f MiB, past the %s limit" % (grew / MiB, LIMIT))
+    gt.expect(r["pool_used"] >= need, "the pool's used_bytes() %d is below its arrays' %d bytes"
+              % (r["pool_used"], need))
+    gt.expect(st["spills"] > 0, "nothing spilled")
+    gt.expect(st["migrations_failed"] == 0 and st["alloc_failures"] == 0,
+              "failed migrations %d, failed allocations %d" % (st["migrations_failed"], st["alloc_failures"]))
+
+
 def main():
     return gt.suite_main("cupy", "cupy", {"run": child_run},
                          [("same_results_native_vs_shim", case_same_results), ("served_by_shim", case_served_by_shim),
-                          ("spill_host", case_spill_host)])
+                          ("spill_host", case_spill_host), ("async_pool_limit", case_async_pool_limit)])
 
 
 if __name__ == "__main__":
