@@ -269,6 +269,25 @@ CUresult gvm_phys_get_many(int loc, const size_t *sizes, int n, bool staging, st
     return rc;
 }
 
+/* Unlinks the piece pooled longest ago (the list's tail) and returns it;
+ * pool_lock held, the pool not empty. */
+static struct gvm_phys *pool_oldest(struct pool *pl)
+{
+    struct gvm_phys **pp = &pl->head;
+    while ((*pp)->next) pp = &(*pp)->next;
+    struct gvm_phys *p = *pp;
+    *pp = NULL;
+    pl->bytes -= p->size;
+    return p;
+}
+
+/* A piece given back is the likeliest to be asked for again (the reverse
+ * of the move that freed it), so a full pool makes room for it by
+ * destroying the pieces pooled longest ago. Keeping the old ones instead
+ * destroyed each 8 GiB peer move's sources and created them again on the
+ * way back, every time, while the pool held pieces of the other sizes
+ * that an earlier trip to host had cut (two H100s, 2026-11-26: 9-10 ms of
+ * release and 6-7 ms of creation against 22 ms of copy). */
 void gvm_phys_put(struct gvm_phys *p)
 {
     if (!p) return;
@@ -277,15 +296,27 @@ void gvm_phys_put(struct gvm_phys *p)
         return;
     }
     struct pool *pl = &pools[gvm_loc_slot(p->loc)];
+    struct gvm_phys *out = NULL;   /* what leaves the pool, chained */
     pthread_mutex_lock(&pool_lock);
-    bool keep = pl->bytes + p->size <= pl->limit;
-    if (keep) {
+    if (p->size <= pl->limit) {
+        while (pl->bytes + p->size > pl->limit) {
+            struct gvm_phys *o = pool_oldest(pl);
+            o->next = out;
+            out = o;
+        }
         p->next = pl->head;
         pl->head = p;
         pl->bytes += p->size;
+    } else {
+        out = p;
+        p->next = NULL;
     }
     pthread_mutex_unlock(&pool_lock);
-    if (!keep) gvm_phys_destroy(p);
+    while (out) {
+        struct gvm_phys *o = out;
+        out = o->next;
+        gvm_phys_destroy(o);
+    }
 }
 
 size_t gvm_phys_trim(int loc, size_t bytes)

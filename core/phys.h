@@ -62,8 +62,9 @@ CUresult gvm_phys_get(int loc, size_t size, bool staging, struct gvm_phys **out)
  * kernel does it in parallel). On failure nothing is kept. */
 CUresult gvm_phys_get_many(int loc, const size_t *sizes, int n, bool staging, struct gvm_phys **out);
 
-/* Gives a handle back: kept in its location's pool while under the pool
- * limit, destroyed otherwise; a stuck one is leaked. */
+/* Gives a handle back to its location's pool; where the pool would pass
+ * its limit, the handles pooled longest ago are destroyed to make room (one
+ * larger than the limit itself is destroyed); a stuck one is leaked. */
 void gvm_phys_put(struct gvm_phys *p);
 
 /* Destroys pooled handles at loc until `bytes` are freed (SIZE_MAX: all).

@@ -5,6 +5,7 @@
 #include "core/capture.h"
 #include "core/held.h"
 #include "core/move.h"
+#include "core/phys.h"
 #include "core/reach.h"
 #include "core/slab.h"
 
@@ -180,6 +181,38 @@ static void migrate_round_trip_keeps_data(void)
     CHECK_EQ(gvm_migrate((void *)p, 0), GVM_OK);   /* already there: no-op */
     CHECK_EQ(gvm_migrate((void *)p, 7), GVM_ERR_INVALID);
     CHECK_EQ(gvm_migrate((void *)(p + 300 * MiB), 1), GVM_ERR_UNKNOWN_POINTER);
+    CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
+}
+
+/* A full pool makes room for the piece given back last, the likeliest to
+ * be wanted again: a region moved back and forth between two devices,
+ * after a trip to host left the first device's pool full of pieces cut
+ * another way, creates and releases nothing once its pieces have been
+ * made on both sides (before, each return created the pieces the last
+ * departure had released). The data survives every trip. */
+static void pool_tune(struct gvm_settings *s)
+{
+    s->pool_limit[0] = s->pool_limit[1] = 256 * MiB;
+}
+
+static void a_full_pool_keeps_what_was_given_back_last(void)
+{
+    sim_start(2, 1024 * MiB, pool_tune);
+    size_t n = 256 * MiB;
+    uintptr_t p = sim_alloc(n);
+    fill(p, n, 17);
+    int warm_up[] = {GVM_HOST, 0, 1, 0, 1};   /* host cuts block-size pieces */
+    for (int i = 0; i < 5; i++) CHECK_EQ(gvm_migrate((void *)p, warm_up[i]), GVM_OK);
+    unsigned long created = simcuda_calls_of("cuMemCreate"), released = simcuda_calls_of("cuMemRelease");
+    for (int i = 0; i < 6; i++) {
+        int to = i % 2 ? 1 : 0;
+        CHECK_EQ(gvm_migrate((void *)p, to), GVM_OK);
+        CHECK_EQ(simcuda_location_of(p + n - 1), to);
+        CHECK(intact(p, n, 17));
+    }
+    CHECK_EQ(simcuda_calls_of("cuMemCreate"), created);
+    CHECK_EQ(simcuda_calls_of("cuMemRelease"), released);
+    CHECK(gvm_phys_pooled(0) <= 256 * MiB && gvm_phys_pooled(1) <= 256 * MiB);
     CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
 }
 
@@ -987,6 +1020,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(out_of_memory_is_the_native_error)
     TEST_ENTRY(alloc_failure_at_every_call)
     TEST_ENTRY(migrate_round_trip_keeps_data)
+    TEST_ENTRY(a_full_pool_keeps_what_was_given_back_last)
     TEST_ENTRY(memory_is_granted_to_the_devices_that_reach_it)
     TEST_ENTRY(host_memory_of_device_0_moves_to_device_1)
     TEST_ENTRY(a_failed_peer_grant_is_reported)
