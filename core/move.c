@@ -3,6 +3,7 @@
 #include "core/capture.h"
 #include "core/driver.h"
 #include "core/heap.h"
+#include "core/held.h"
 #include "core/ids.h"
 #include "core/log.h"
 #include "core/perthread.h"
@@ -250,6 +251,8 @@ struct group {
 };
 
 struct plan {
+    int loc;                    /* the destination */
+    size_t reserved;            /* bytes held for destinations still to create (make_group) */
     int ng, ndst, remapped;
     struct group *g;
     struct gvm_phys **dst;
@@ -260,6 +263,8 @@ struct plan {
 
 static void plan_free(struct plan *p)
 {
+    if (p->reserved) gvm_held_release(p->loc, p->reserved);
+    p->reserved = 0;
     free(p->g);
     free(p->dst);
     free(p->sizes);
@@ -290,10 +295,11 @@ static CUresult stage_sources(struct gvm_region *r, struct plan *p)
     if (!p->staged) return CUDA_ERROR_OUT_OF_MEMORY;
     for (int k = 0; k < p->ng; k++) {
         struct group *g = &p->g[k];
-        int dev = copy_device(r->blocks[g->b0].phys->loc, p->dst[g->d0]->loc);
+        int dev = copy_device(r->blocks[g->b0].phys->loc, p->loc);
         if (dev < 0) return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
         CUresult rc = CUDA_SUCCESS;
-        for (int j = 0; j < g->nd && rc == CUDA_SUCCESS; j++) rc = gvm_phys_stage_for(p->dst[g->d0 + j], dev);
+        for (int j = 0; j < g->nd && rc == CUDA_SUCCESS; j++)   /* one still to create: make_group */
+            if (p->dst[g->d0 + j]) rc = gvm_phys_stage_for(p->dst[g->d0 + j], dev);
         g->early = true;
         for (int i = g->b0; i < g->b1 && g->early && rc == CUDA_SUCCESS; i++) {
             struct gvm_phys *s = r->blocks[i].phys;
@@ -331,6 +337,18 @@ static __thread bool making_room;
 
 bool gvm_move_making_room(void) { return making_room; }
 
+/* Gives idle memory at loc (cached regions, empty chunks, pooled pieces
+ * of other sizes) back to the driver for a move's destinations; the bytes
+ * freed. The trim must not wait for a chunk a move holds: it may be the
+ * region moving, or one the thread this one works for holds (core/slab.c). */
+static size_t make_room(int loc)
+{
+    making_room = true;
+    size_t freed = gvm_heap_trim(loc);
+    making_room = false;
+    return freed;
+}
+
 /* Whether an alias of r ends at offset `at`. An alias made before r grew
  * shows only r's first pieces, and a remap switches a view only when the
  * whole group lies in it (region.c, gvm_region_respan): a group must not
@@ -341,6 +359,26 @@ static bool alias_ends_at(const struct gvm_region *r, size_t at)
     for (const struct gvm_region *a = r->aliases; a; a = a->aliases)
         if (a->mapped == at) return true;
     return false;
+}
+
+/* A move's destinations: the pool's now. What must be created is, for a
+ * move to a device in several groups, only held under the device's cap
+ * now and created a group ahead of the copies (make_group), while the
+ * group before copies: creating device memory costs ~155 us per 64 MiB
+ * piece (H100), about 13 % of copying it from host, and a resume, whose
+ * memory the pause gave back to the driver, paid all of it before its
+ * first copy (warm resume 0.84-0.87 of the link, 2026-11-26). Pinned host
+ * memory is created slower than it is copied: all of it now, in parallel. */
+static CUresult take_destinations(struct plan *p, int loc)
+{
+    if (loc >= 0 && p->ng > 1) {
+        size_t missing = gvm_phys_take_pooled(loc, p->sizes, p->ndst, true, p->dst);
+        if (!missing || gvm_held_reserve(loc, missing)) {
+            p->reserved = missing;
+            return CUDA_SUCCESS;
+        }
+    }
+    return gvm_phys_get_many(loc, p->sizes, p->ndst, true, p->dst);
 }
 
 static CUresult plan_build(struct gvm_region *r, int loc, struct plan *p)
@@ -376,20 +414,15 @@ static CUresult plan_build(struct gvm_region *r, int loc, struct plan *p)
         p->ndst += g->nd;
     }
     if (!p->ng) return CUDA_SUCCESS;
+    p->loc = loc;
     /* The next move to host takes ready memory. */
     if (loc == GVM_LOC_HOST) gvm_phys_prefill_hint(loc);
-    /* All destinations before touching anything: failing here is free.
-     * Idle memory at loc (cached regions, empty chunks) may be what stands
-     * in the way of its limit: give it back and try once more. */
-    CUresult rc = gvm_phys_get_many(loc, p->sizes, p->ndst, true, p->dst);
-    if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
-        /* The trim must not wait for a chunk a move holds: it may be r, or
-         * one the thread this one works for holds (core/slab.c). */
-        making_room = true;
-        size_t freed = gvm_heap_trim(loc);
-        making_room = false;
-        if (freed) rc = gvm_phys_get_many(loc, p->sizes, p->ndst, true, p->dst);
-    }
+    /* All destinations before touching anything (taken or held under
+     * loc's cap): failing here is free. Idle memory at loc (cached
+     * regions, empty chunks) may be what stands in the way of its limit:
+     * give it back and try once more. */
+    CUresult rc = take_destinations(p, loc);
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY && make_room(loc)) rc = take_destinations(p, loc);
     if (rc != CUDA_SUCCESS) return rc;
     if ((rc = stage_sources(r, p)) != CUDA_SUCCESS) {
         unstage_sources(p);
@@ -435,10 +468,33 @@ static CUresult issue_copies(struct gvm_region *r, const struct plan *p, const s
     return rc;
 }
 
+/* Creates group k's destinations that take_destinations left to create,
+ * on the bytes it held (the driver may still refuse: another process's
+ * memory is under no cap of ours). One that fails stays unmade: the move
+ * rolls back, and plan_free gives the rest of the hold back. */
+static CUresult make_group(struct gvm_region *r, struct plan *p, int k)
+{
+    struct group *g = &p->g[k];
+    int dev = copy_device(r->blocks[g->b0].phys->loc, p->loc);
+    for (int j = g->d0; j < g->d0 + g->nd; j++) {
+        if (p->dst[j]) continue;
+        CUresult rc = gvm_phys_create_reserved(p->loc, p->sizes[j], &p->dst[j]);
+        if (rc == CUDA_ERROR_OUT_OF_MEMORY && make_room(p->loc))
+            rc = gvm_phys_create_reserved(p->loc, p->sizes[j], &p->dst[j]);
+        if (rc != CUDA_SUCCESS) {
+            p->dst[j] = NULL;
+            return rc;
+        }
+        p->reserved -= p->sizes[j];
+        if ((rc = gvm_phys_stage_for(p->dst[j], dev)) != CUDA_SUCCESS) return rc;
+    }
+    return CUDA_SUCCESS;
+}
+
 static CUresult copy_group(struct gvm_region *r, struct plan *p, int k, CUevent *ev)
 {
     struct group *g = &p->g[k];
-    int to = p->dst[g->d0]->loc;
+    int to = p->loc;
     int dev = copy_device(r->blocks[g->b0].phys->loc, to);
     if (dev < 0) return CUDA_ERROR_PEER_ACCESS_UNSUPPORTED;
     int dir = to == dev ? GVM_INTO : GVM_OUT_OF;
@@ -520,7 +576,10 @@ static void mover_issue(struct mover *m)
     m->cur = NULL;
     if (m->k == m->p.ng) return;
     double t0 = now_ms();
-    m->rc = copy_group(m->r, &m->p, m->k, &m->cur);
+    m->rc = make_group(m->r, &m->p, m->k);
+    if (m->rc == CUDA_SUCCESS) m->rc = copy_group(m->r, &m->p, m->k, &m->cur);
+    /* The next group's memory is made while this one copies. */
+    if (m->rc == CUDA_SUCCESS && m->k + 1 < m->p.ng) m->rc = make_group(m->r, &m->p, m->k + 1);
     m->clock.copy += now_ms() - t0;
 }
 
@@ -571,7 +630,7 @@ static void rollback(struct gvm_region *r, struct plan *p)
         if (gvm_region_respan(r, g->off, g->len, p->dst + g->d0, g->nd, cpu, old, n) != CUDA_SUCCESS) {
             /* The data is safe in the new pieces: keep them mapped there. */
             gvm_error("rollback of %#lx+%zu failed: it stays at location %d", (unsigned long)r->base, g->off,
-                      p->dst[g->d0]->loc);
+                      p->loc);
             if (gvm_region_splice(r, g->b0, g->b1, p->dst + g->d0, g->nd) == 0) {
                 for (int j = 0; j < n; j++) gvm_phys_put(old[j]);
                 for (int j = 0; j < g->nd; j++) p->dst[g->d0 + j] = NULL;

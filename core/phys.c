@@ -43,16 +43,13 @@ static void fill_prop(int loc, CUmemAllocationProp *p)
     if (gvm_topo.dev[loc].rdma) p->allocFlags.gpuDirectRDMACapable = 1;
 }
 
-CUresult gvm_phys_create(int loc, size_t size, struct gvm_phys **out)
+CUresult gvm_phys_create_reserved(int loc, size_t size, struct gvm_phys **out)
 {
-    /* Reserved before the driver is asked, so no thread can pass the cap. */
-    if (!gvm_held_reserve(loc, size)) return CUDA_ERROR_OUT_OF_MEMORY;
     struct gvm_phys *p = calloc(1, sizeof *p);
     CUmemAllocationProp prop;
     fill_prop(loc, &prop);
     CUresult rc = p ? DRV(cuMemCreate, &p->handle, size, &prop, 0) : CUDA_ERROR_OUT_OF_MEMORY;
     if (rc != CUDA_SUCCESS) {
-        gvm_held_release(loc, size);
         free(p);
         return rc;
     }
@@ -60,6 +57,15 @@ CUresult gvm_phys_create(int loc, size_t size, struct gvm_phys **out)
     p->loc = loc;
     *out = p;
     return CUDA_SUCCESS;
+}
+
+CUresult gvm_phys_create(int loc, size_t size, struct gvm_phys **out)
+{
+    /* Reserved before the driver is asked, so no thread can pass the cap. */
+    if (!gvm_held_reserve(loc, size)) return CUDA_ERROR_OUT_OF_MEMORY;
+    CUresult rc = gvm_phys_create_reserved(loc, size, out);
+    if (rc != CUDA_SUCCESS) gvm_held_release(loc, size);
+    return rc;
 }
 
 CUresult gvm_phys_stage(struct gvm_phys *p)
@@ -242,6 +248,20 @@ static bool fits_cap(int loc, const size_t *sizes, const int *todo, int n)
     return need <= cap && held <= cap - need;
 }
 
+size_t gvm_phys_take_pooled(int loc, const size_t *sizes, int n, bool staging, struct gvm_phys **out)
+{
+    size_t missing = 0;
+    for (int i = 0; i < n; i++) {
+        if (!out[i] && (out[i] = pool_take(loc, sizes[i], staging)) && staging && !out[i]->staging &&
+            gvm_phys_stage(out[i]) != CUDA_SUCCESS) {
+            gvm_phys_put(out[i]);
+            out[i] = NULL;
+        }
+        if (!out[i]) missing += sizes[i];
+    }
+    return missing;
+}
+
 CUresult gvm_phys_get_many(int loc, const size_t *sizes, int n, bool staging, struct gvm_phys **out)
 {
     int *todo = calloc((size_t)n + 1, sizeof *todo);
@@ -249,6 +269,7 @@ CUresult gvm_phys_get_many(int loc, const size_t *sizes, int n, bool staging, st
     struct create_job j = {.loc = loc, .staging = staging, .sizes = sizes, .out = out, .todo = todo};
     CUresult rc = CUDA_SUCCESS;
     for (int i = 0; i < n; i++) {
+        if (out[i]) continue;   /* the caller's already */
         out[i] = pool_take(loc, sizes[i], staging);
         if (!out[i]) todo[j.ntodo++] = i;
         else if (staging && !out[i]->staging && (rc = gvm_phys_stage(out[i])) != CUDA_SUCCESS) break;

@@ -26,6 +26,10 @@ struct gvm_phys {
  * needs (POSIX_FD export, RDMA where the device supports it). */
 CUresult gvm_phys_create(int loc, size_t size, struct gvm_phys **out);
 
+/* gvm_phys_create for bytes the caller has reserved (gvm_held_reserve):
+ * on failure the reservation stays the caller's. */
+CUresult gvm_phys_create_reserved(int loc, size_t size, struct gvm_phys **out);
+
 /* Gives p its staging mapping if it has none. A move reads its sources
  * through theirs, so that it can remap the region's own addresses while
  * the copy runs (core/move.c). */
@@ -57,10 +61,17 @@ CUresult gvm_phys_unmap(CUdeviceptr va, size_t size);
 CUresult gvm_phys_get(int loc, size_t size, bool staging, struct gvm_phys **out);
 
 /* n handles at loc of the given sizes, as gvm_phys_get would give them,
+ * for the entries of out that are NULL (the others are the caller's),
  * pooled ones first; the missing ones are created by several threads at
  * once (pinning host memory is the slow part of a first move, and the
- * kernel does it in parallel). On failure nothing is kept. */
+ * kernel does it in parallel). On failure nothing is kept: every entry,
+ * the caller's too, is given back and NULL. */
 CUresult gvm_phys_get_many(int loc, const size_t *sizes, int n, bool staging, struct gvm_phys **out);
+
+/* The NULL entries of out that loc's pool can fill now (as gvm_phys_get
+ * would, without creating anything); returns the bytes of those it could
+ * not. */
+size_t gvm_phys_take_pooled(int loc, const size_t *sizes, int n, bool staging, struct gvm_phys **out);
 
 /* Gives a handle back to its location's pool; where the pool would pass
  * its limit, the handles pooled longest ago are destroyed to make room (one

@@ -216,6 +216,48 @@ static void a_full_pool_keeps_what_was_given_back_last(void)
     CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
 }
 
+/* A move to a device creates the memory it cannot take from the pool a
+ * group ahead of its copies (creating device memory costs about an eighth
+ * of copying it from host), held under the device's cap from the start;
+ * a creation that fails midway leaves the region where it was, data and
+ * counts intact, nothing leaked. */
+static void no_device_pool(struct gvm_settings *s) { s->pool_limit[0] = s->pool_limit[1] = 0; }
+
+static void a_move_to_a_device_creates_its_memory_as_it_copies(void)
+{
+    sim_start(2, 1024 * MiB, no_device_pool);
+    size_t n = 256 * MiB;   /* four groups of the block size from host */
+    uintptr_t p = sim_alloc(n);
+    fill(p, n, 23);
+    CHECK_EQ(gvm_migrate((void *)p, GVM_HOST), GVM_OK);
+    size_t held = gvm_held_bytes(0);
+    struct leaks base = leaks_now();
+    unsigned long copies = simcuda_calls_of("cuMemcpyDtoDAsync_v2");
+    simcuda_fail_calls("cuMemCreate", 3, 2, CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(gvm_migrate((void *)p, 0), GVM_ERR_NO_MEMORY);
+    simcuda_fail_call("cuMemCreate", 0, CUDA_SUCCESS);
+    CHECK(simcuda_calls_of("cuMemcpyDtoDAsync_v2") > copies);   /* copies ran before the third creation */
+    CHECK_EQ(simcuda_location_of(p), GVM_LOC_HOST);
+    CHECK_EQ(simcuda_location_of(p + n - 1), GVM_LOC_HOST);
+    CHECK(intact(p, n, 23));
+    CHECK_EQ(gvm_held_bytes(0), held);
+    CHECK_NO_LEAK(base);
+
+    gvm_held_set_cap(0, held + n);   /* exactly room for it */
+    CHECK_EQ(gvm_migrate((void *)p, 0), GVM_OK);
+    CHECK_EQ(simcuda_location_of(p + n - 1), 0);
+    CHECK(intact(p, n, 23));
+    CHECK(gvm_held_peak(0) <= held + n);
+    CHECK_EQ(gvm_migrate((void *)p, GVM_HOST), GVM_OK);
+    gvm_held_set_cap(0, held + n - 2 * MiB);   /* no room: refused before anything moves */
+    copies = simcuda_calls_of("cuMemcpyDtoDAsync_v2");
+    CHECK_EQ(gvm_migrate((void *)p, 0), GVM_ERR_NO_MEMORY);
+    CHECK_EQ(simcuda_calls_of("cuMemcpyDtoDAsync_v2"), copies);
+    CHECK(intact(p, n, 23));
+    gvm_held_set_cap(0, SIZE_MAX);
+    CHECK_EQ(gvm_heap_free(p), CUDA_SUCCESS);
+}
+
 /* Memory is granted to the devices that reach it natively: its own
  * device, and devices the program enabled peer access for. Each device
  * granted makes mapping memory cost about as much again. */
@@ -1021,6 +1063,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(alloc_failure_at_every_call)
     TEST_ENTRY(migrate_round_trip_keeps_data)
     TEST_ENTRY(a_full_pool_keeps_what_was_given_back_last)
+    TEST_ENTRY(a_move_to_a_device_creates_its_memory_as_it_copies)
     TEST_ENTRY(memory_is_granted_to_the_devices_that_reach_it)
     TEST_ENTRY(host_memory_of_device_0_moves_to_device_1)
     TEST_ENTRY(a_failed_peer_grant_is_reported)
