@@ -14,3 +14,6 @@ for r in d["rows"]: print("%6s %s first %.1f warm %.1f link %.1f ratio %.3f" % (
 done
 echo "== phases (64M, 1G, debug)"
 GVM_LOG=debug GVM_HOST_POOL=20G LD_PRELOAD=$lib ./build/bench/bench-migrate --sizes 1G --rounds 3 2>&1 | grep "move of" | tail -6
+echo "== creating device memory beside copies (createcopy.c)"
+cuda=${CUDA_HOME:-/usr/local/cuda}
+cc -O2 scripts/probe/createcopy.c -I"$cuda/include" -L"$cuda/lib64/stubs" -lcuda -lpthread -o build/createcopy && ./build/createcopy
