@@ -268,13 +268,10 @@ CUresult gvm_phys_get_many(int loc, const size_t *sizes, int n, bool staging, st
     if (!todo) return CUDA_ERROR_OUT_OF_MEMORY;
     struct create_job j = {.loc = loc, .staging = staging, .sizes = sizes, .out = out, .todo = todo};
     CUresult rc = CUDA_SUCCESS;
-    for (int i = 0; i < n; i++) {
-        if (out[i]) continue;   /* the caller's already */
-        out[i] = pool_take(loc, sizes[i], staging);
+    gvm_phys_take_pooled(loc, sizes, n, staging, out);
+    for (int i = 0; i < n; i++)
         if (!out[i]) todo[j.ntodo++] = i;
-        else if (staging && !out[i]->staging && (rc = gvm_phys_stage(out[i])) != CUDA_SUCCESS) break;
-    }
-    if (rc == CUDA_SUCCESS && j.ntodo) rc = fits_cap(loc, sizes, todo, j.ntodo) ? create_parallel(&j) : CUDA_ERROR_OUT_OF_MEMORY;
+    if (j.ntodo) rc = fits_cap(loc, sizes, todo, j.ntodo) ? create_parallel(&j) : CUDA_ERROR_OUT_OF_MEMORY;
     if (rc == CUDA_ERROR_OUT_OF_MEMORY && j.ntodo && gvm_phys_trim(loc, SIZE_MAX)) {
         /* Pooled pieces of other sizes were in the way: one more go, serially. */
         rc = CUDA_SUCCESS;
