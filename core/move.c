@@ -235,12 +235,16 @@ void gvm_move_leave(struct gvm_region *r)
  * suit the move (an unmap may span several mappings, and a handle is
  * mapped whole, so only the group's edges must match). Over NVLink a 64 MiB
  * piece copies in 0.17 ms, about what remapping it costs, so moves between
- * devices take pieces of up to GROUP_DEVICE. Moves to or from host memory
+ * devices take pieces of up to GROUP_DEVICE. Each group costs a fixed
+ * ~0.1 ms however large it is: with 256 MiB groups peer moves of 1 and
+ * 8 GiB reached 0.84-0.89 of the link, with 1 GiB groups 0.99-1.00, and
+ * 2 GiB groups were no better (two H100s, 2026-11-26, alternating runs on
+ * one host). Moves to or from host memory
  * keep the block size: remapping host memory is slow, the last group's
  * remap cannot overlap a copy, and a source piece is unmapped whole, so
  * big pieces would make every later host move coarser (H100 and H200
  * measurements, 2026-11-22). */
-#define GROUP_DEVICE ((size_t)256 << 20)
+#define GROUP_DEVICE ((size_t)1 << 30)
 
 struct group {
     int b0, b1;                 /* source blocks [b0, b1) */
