@@ -13,11 +13,14 @@
  * cudaMallocHost buffer must not warm anything up): pinned cudaMemcpy D2H
  * and H2D of min(size, 1 GiB), median of 5.
  *
+ * --unmapped: gvm_pause(tag, GVM_PAUSE_UNMAPPED), the copy kept in host
+ * memory that is not mapped at the allocation's address.
+ *
  * --create-probe: at the end, the rate of creating pinned host memory
  * natively (1, 4, 8 threads), what bounds a move to host without ready
  * memory.
  *
- *     bench-pause [--size 1G] [--cycles 3] [--settle-ms 0] [--create-probe] */
+ *     bench-pause [--size 1G] [--cycles 3] [--settle-ms 0] [--unmapped] [--create-probe] */
 #define GT_FAIL_EXITS
 #include "gpu_test.h"
 #include "gvmshim.h"
@@ -141,7 +144,7 @@ int main(int argc, char **argv)
     watchdog(300);
     size_t size = GiB;
     int cycles = 3, settle_ms = 0;
-    bool probe = false;
+    bool probe = false, unmapped = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--size") && i + 1 < argc) {
             size = parse_size(argv[++i]);
@@ -151,8 +154,10 @@ int main(int argc, char **argv)
             settle_ms = atoi(argv[++i]);
         } else if (!strcmp(argv[i], "--create-probe")) {
             probe = true;
+        } else if (!strcmp(argv[i], "--unmapped")) {
+            unmapped = true;
         } else {
-            fprintf(stderr, "usage: %s [--size 1G] [--cycles N] [--settle-ms MS] [--create-probe]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--size 1G] [--cycles N] [--settle-ms MS] [--unmapped] [--create-probe]\n", argv[0]);
             return 2;
         }
     }
@@ -193,7 +198,7 @@ int main(int argc, char **argv)
 
     std::vector<double> pause_ms, resume_ms;
     for (int c = 0; c < cycles; c++) {
-        pause_ms.push_back(timed_ms([&] { CKG(g, g.pause("bench-pause", GVM_PAUSE_KEEP)); }));
+        pause_ms.push_back(timed_ms([&] { CKG(g, g.pause("bench-pause", unmapped ? GVM_PAUSE_UNMAPPED : GVM_PAUSE_KEEP)); }));
         gvm_info info;
         CKG(g, g.query(p, &info));
         if (!info.paused || info.location != GVM_HOST || info.bytes_on_device)
@@ -232,7 +237,7 @@ int main(int argc, char **argv)
         }
 
     Obj o = header("pause", true);
-    o.n("size", (double)size).n("cycles", cycles).n("settle_ms", settle_ms);
+    o.n("size", (double)size).n("cycles", cycles).n("settle_ms", settle_ms).n("unmapped", unmapped ? 1 : 0);
     o.add("pause_ms", nums(pause_ms)).add("resume_ms", nums(resume_ms));
     o.n("d2h_gbps", d2h).n("h2d_gbps", h2d).n("link_bytes", (double)link_n).str("checksum", "ok");
     o.add("host_create", list(create_rates));

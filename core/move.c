@@ -353,6 +353,8 @@ static size_t make_room(int loc)
     return freed;
 }
 
+size_t gvm_move_make_room(int loc) { return make_room(loc); }
+
 /* Whether an alias of r ends at offset `at`. An alias made before r grew
  * shows only r's first pieces, and a remap switches a view only when the
  * whole group lies in it (region.c, gvm_region_respan): a group must not

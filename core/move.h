@@ -50,6 +50,10 @@ void gvm_move_gate_leave(void);
  * chunk being moved must then not be waited for (core/slab.c). */
 bool gvm_move_making_room(void);
 
+/* Gives idle memory at loc back to the driver for a move's destinations
+ * (as a move does when its destinations do not fit); the bytes freed. */
+size_t gvm_move_make_room(int loc);
+
 /* Marks r as being moved and waits out announced calls. */
 void gvm_move_enter(struct gvm_region *r);
 void gvm_move_leave(struct gvm_region *r);

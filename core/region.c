@@ -3,6 +3,7 @@
 #include "core/driver.h"
 #include "core/log.h"
 #include "core/settings.h"
+#include "core/shelf.h"
 #include "core/topo.h"
 #include "core/vamap.h"
 
@@ -43,6 +44,8 @@ static void region_reset(struct gvm_region *r)
     r->aliases = NULL;
     GVM_STORE(r->alias_slot, 0);
     r->paused_loc = 0;
+    r->shelf = NULL;   /* dropped when the region was destroyed */
+    r->nshelf = 0;
     r->freed_at = 0;
     r->freed_on = 0;
     r->last_error = CUDA_SUCCESS;
@@ -557,6 +560,7 @@ int gvm_region_block_at(const struct gvm_region *r, size_t off)
 
 void gvm_region_destroy(struct gvm_region *r)
 {
+    gvm_shelf_drop(r);
     gvm_region_shrink(r, 0);
     if (r->flags & GVM_RF_LEAKED) {
         gvm_warn("leaking the address range at %#lx: a mapping in it could not be removed",

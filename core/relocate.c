@@ -3,6 +3,7 @@
 #include "core/driver.h"
 #include "core/log.h"
 #include "core/move.h"
+#include "core/shelf.h"
 #include "core/slab.h"
 #include "core/stats.h"
 #include "core/topo.h"
@@ -65,6 +66,9 @@ static CUresult pause(struct gvm_region *r, int loc, unsigned how)
         rc = how & GVM_RELOC_QUIESCED ? CUDA_SUCCESS : gvm_topo_quiesce();
         if (rc == CUDA_SUCCESS) rc = discard(r, &released);
         if (rc == CUDA_SUCCESS || released) GVM_STORE(r->flags, r->flags | GVM_RF_DISCARDED);
+    } else if (how & GVM_RELOC_SHELVE) {
+        rc = gvm_shelf_put(r, how & GVM_RELOC_QUIESCED);
+        if (rc == CUDA_SUCCESS) GVM_STORE(r->flags, r->flags | GVM_RF_SHELVED);
     } else {
         rc = move_to(r, GVM_LOC_HOST, how);
     }
@@ -99,9 +103,11 @@ static CUresult refill(struct gvm_region *r, int dev)
 static CUresult resume(struct gvm_region *r, unsigned how)
 {
     int dev = r->paused_loc >= 0 ? r->paused_loc : r->device;
-    CUresult rc = (r->flags & GVM_RF_DISCARDED) ? refill(r, dev) : move_to(r, dev, how);
+    CUresult rc = (r->flags & GVM_RF_DISCARDED) ? refill(r, dev)
+                  : (r->flags & GVM_RF_SHELVED)  ? gvm_shelf_take(r, dev)
+                                                 : move_to(r, dev, how);
     if (rc == CUDA_SUCCESS) {
-        GVM_STORE(r->flags, r->flags & ~(unsigned)(GVM_RF_PAUSED | GVM_RF_DISCARDED));
+        GVM_STORE(r->flags, r->flags & ~(unsigned)(GVM_RF_PAUSED | GVM_RF_DISCARDED | GVM_RF_SHELVED));
         gvm_stat_inc(resumes);
     }
     return rc;

@@ -28,6 +28,9 @@ enum gvm_reloc {
     /* gvm_resume: back to where it was paused from (loc is not used).
      * Refused when not paused. */
     GVM_RELOC_RESUME = 1 << 4,
+    /* With GVM_RELOC_PAUSE to GVM_LOC_HOST: the copy waits unmapped, on the
+     * shelf (core/shelf.h); touching the memory faults until the resume. */
+    GVM_RELOC_SHELVE = 1 << 5,
     /* With any of the above: the caller has just waited for all queued
      * work (gvm_topo_quiesce), so the move does not wait again (a swap
      * moves several regions after one wait). */

@@ -2,6 +2,7 @@
 
 #include "core/heap.h"
 #include "core/live.h"
+#include "core/shelf.h"
 #include "core/stats.h"
 
 #include <stdlib.h>
@@ -37,7 +38,8 @@ void gvm_heap_where(struct gvm_where *out, int ndev)
         struct gvm_region *r = g.r[i];
         pthread_mutex_lock(&r->op);
         int d = r->device;
-        if (gvm_region_live(r) && d >= 0 && d < ndev)
+        if (gvm_region_live(r) && d >= 0 && d < ndev) {
+            out[d].host += gvm_shelf_bytes(r);   /* paused unmapped: held on host all the same */
             for (int b = 0; b < r->nblocks; b++) {
                 const struct gvm_block *k = &r->blocks[b];
                 if (!k->phys) continue;
@@ -45,6 +47,7 @@ void gvm_heap_where(struct gvm_where *out, int ndev)
                 size_t *to = loc == d ? &out[d].home : loc == GVM_LOC_HOST ? &out[d].host : &out[d].peer;
                 *to += k->size;
             }
+        }
         pthread_mutex_unlock(&r->op);
     }
     free(g.r);

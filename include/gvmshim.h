@@ -92,11 +92,18 @@ gvm_status gvm_tag_pop(void);
 
 #define GVM_PAUSE_KEEP 0    /* keep the contents in host memory */
 #define GVM_PAUSE_DISCARD 1 /* drop the contents; resume gives zeroed memory */
+/* Keep the contents in host memory without mapping it at the allocations'
+ * addresses: touching paused memory faults (as with GVM_PAUSE_DISCARD), and
+ * the pause and the resume skip the driver's page-table work for host
+ * memory, so they run at the link's speed. */
+#define GVM_PAUSE_UNMAPPED 2
 
 /* Releases the device memory of every allocation tagged `tag` (NULL: all
  * tagged allocations), keeping every pointer reserved. With GVM_PAUSE_KEEP
  * the contents wait in host memory and stay readable there; with
- * GVM_PAUSE_DISCARD nothing is kept and touching the memory faults. */
+ * GVM_PAUSE_UNMAPPED they wait in host memory and touching the memory
+ * faults; with GVM_PAUSE_DISCARD nothing is kept and touching the memory
+ * faults. */
 gvm_status gvm_pause(const char *tag, int flags);
 
 /* Brings paused allocations back onto their devices, in place. */

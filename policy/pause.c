@@ -56,7 +56,9 @@ static void keep_room(const struct list *l)
 static gvm_status run(const char *tag, bool resume, int flags)
 {
     if (!gvm_core_active()) return GVM_ERR_INACTIVE;
-    if (flags & ~GVM_PAUSE_DISCARD) return GVM_ERR_INVALID;
+    if ((flags & ~(GVM_PAUSE_DISCARD | GVM_PAUSE_UNMAPPED)) ||
+        (flags & (GVM_PAUSE_DISCARD | GVM_PAUSE_UNMAPPED)) == (GVM_PAUSE_DISCARD | GVM_PAUSE_UNMAPPED))
+        return GVM_ERR_INVALID;
     if (gvm_capture_open(-1)) return GVM_ERR_BUSY;   /* moves wait for the devices */
     struct list l = {.tag = -1, .paused = resume};
     if (tag) {
@@ -65,6 +67,7 @@ static gvm_status run(const char *tag, bool resume, int flags)
     }
     gvm_live_for_each(pick, &l);
     unsigned how = resume ? GVM_RELOC_RESUME : GVM_RELOC_PAUSE;
+    if (flags & GVM_PAUSE_UNMAPPED) how |= GVM_RELOC_SHELVE;
     int loc = !resume && !(flags & GVM_PAUSE_DISCARD) ? GVM_LOC_HOST : GVM_LOC_NONE;
     const struct gvm_config *cfg = gvm_policy_cfg();
     if (loc == GVM_LOC_HOST && cfg && cfg->pause_pool) keep_room(&l);

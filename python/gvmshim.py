@@ -20,6 +20,7 @@ MIXED = -2
 NOWHERE = -3
 PAUSE_KEEP = 0
 PAUSE_DISCARD = 1
+PAUSE_UNMAPPED = 2
 
 
 class Info(ctypes.Structure):
@@ -124,9 +125,13 @@ def tag(name):
         _api().gvm_tag_pop()
 
 
-def pause(name=None, discard=False):
-    _check(_api().gvm_pause(name.encode() if name else None,
-                            PAUSE_DISCARD if discard else PAUSE_KEEP), "gvm_pause")
+def pause(name=None, discard=False, unmapped=False):
+    """Releases the device memory of `name`'s allocations (None: every tagged
+    one); the contents wait in host memory (readable there, or with
+    unmapped=True mapped nowhere: faster, and touching them faults), or with
+    discard=True are dropped."""
+    flags = (PAUSE_DISCARD if discard else PAUSE_KEEP) | (PAUSE_UNMAPPED if unmapped else 0)
+    _check(_api().gvm_pause(name.encode() if name else None, flags), "gvm_pause")
 
 
 def resume(name=None):

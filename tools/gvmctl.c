@@ -24,7 +24,7 @@ static const char *const manual =
     "    gvmctl list [--json]\n"
     "    gvmctl stats PID [--json]\n"
     "    gvmctl set PID KEY=VALUE...\n"
-    "    gvmctl pause PID [TAG] [--discard]\n"
+    "    gvmctl pause PID [TAG] [--discard | --unmapped]\n"
     "    gvmctl resume PID [TAG]\n"
     "    gvmctl migrate PID (TAG|--all) (DEVICE|host)\n"
     "    gvmctl top [--interval SECONDS] [--count N]\n"
@@ -55,8 +55,10 @@ static const char *const manual =
     "@LIVE@"
     "    pause     gvm_pause from outside: moves TAG's memory (every tagged\n"
     "              allocation without TAG) to host memory, or with --discard\n"
-    "              releases it without a copy; returns once the device memory\n"
-    "              is released. Pointers stay valid.\n"
+    "              releases it without a copy; with --unmapped the copy in host\n"
+    "              memory is not mapped at the allocations' addresses (faster;\n"
+    "              touching paused memory faults). Returns once the device\n"
+    "              memory is released. Pointers stay valid.\n"
     "    resume    gvm_resume from outside; returns once the memory is back\n"
     "    migrate   gvm_migrate of every allocation of TAG (--all: every\n"
     "              allocation) to device DEVICE or to host memory; returns\n"
@@ -108,7 +110,7 @@ static int fail(const char *fmt, ...)
 static int usage(void)
 {
     fputs("usage: gvmctl list [--json] | stats PID [--json] | set PID KEY=VALUE... |\n"
-          "              pause PID [TAG] [--discard] | resume PID [TAG] |\n"
+          "              pause PID [TAG] [--discard|--unmapped] | resume PID [TAG] |\n"
           "              migrate PID (TAG|--all) (DEVICE|host) |\n"
           "              top [--interval S] [--count N] | --help\n",
           stderr);
@@ -434,21 +436,23 @@ static int cmd_stats(int argc, char **argv)
 static int cmd_pause_resume(int argc, char **argv, bool pause)
 {
     const char *tag = "";
-    bool discard = false;
+    bool discard = false, unmapped = false;
     if (argc < 1) return usage();
     for (int i = 1; i < argc; i++) {
         if (pause && !strcmp(argv[i], "--discard")) discard = true;
+        else if (pause && !strcmp(argv[i], "--unmapped")) unmapped = true;
         else if (argv[i][0] != '-' && !tag[0]) tag = argv[i];
         else return usage();
     }
     uint8_t p[GVM_CTL_MSG_MAX];
     size_t tl = strlen(tag);
     if (tl > 200) return fail("tag too long: '%.20s...'", tag);
-    gvm_put_u32(p, discard ? 1u : 0u);
+    if (discard && unmapped) return fail("--discard and --unmapped exclude each other");
+    gvm_put_u32(p, (discard ? 1u : 0u) | (unmapped ? 2u : 0u));
     memcpy(p + 4, tag, tl);
     int rc = one(argv[0], pause ? GVM_CTL_PAUSE : GVM_CTL_RESUME, p, 4 + tl, false);
     if (!rc) printf("%s %s%s%s\n", pause ? "paused" : "resumed", tag[0] ? "tag " : "every tag", tag,
-                    discard ? " (discarded)" : "");
+                    discard ? " (discarded)" : unmapped ? " (unmapped)" : "");
     return rc;
 }
 

@@ -629,6 +629,138 @@ static void pause_discard_and_resume_zeroed(void)
     CHECK_EQ(gvm_policy_free(k), CUDA_SUCCESS);
 }
 
+/* GVM_PAUSE_UNMAPPED: the copy waits in host memory mapped nowhere in the
+ * program's range; what users check is that the device memory is gone,
+ * the pointers fault rather than read stale data, and resume restores
+ * every byte in place. */
+static void pause_unmapped_keeps_the_contents_off_the_range(void)
+{
+    start_policy(NULL);
+    CHECK_EQ(gvm_tag_push("weights"), GVM_OK);
+    uintptr_t w = palloc(40 * MiB), s = palloc(3000);
+    CHECK_EQ(gvm_tag_pop(), GVM_OK);
+    uintptr_t other = palloc(8 * MiB);
+    fill(w, 40 * MiB, 5);
+    fill(s, 3000 & ~3u, 6);
+    fill(other, 8 * MiB, 8);
+    CHECK_EQ(gvm_pause("weights", GVM_PAUSE_DISCARD | GVM_PAUSE_UNMAPPED), GVM_ERR_INVALID);
+    CHECK_EQ(where(w), 0);
+    CHECK_EQ(gvm_pause("weights", GVM_PAUSE_UNMAPPED), GVM_OK);
+    gvm_info info;
+    CHECK_EQ(gvm_query((void *)w, &info), GVM_OK);
+    CHECK(info.paused);
+    CHECK_EQ(info.location, GVM_HOST);
+    CHECK_EQ(info.bytes_on_device, 0);
+    CHECK_EQ(info.bytes_on_host, 40 * MiB);
+    CHECK_EQ(where(s), GVM_HOST);
+    CHECK_EQ(simcuda_location_of(w), SIMCUDA_LOC_UNMAPPED);
+    CHECK_EQ(simcuda_location_of(s), SIMCUDA_LOC_UNMAPPED);
+    CHECK_EQ(simcuda_phys_bytes(0), 8 * MiB);   /* only the untagged one stays */
+    CHECK(intact(other, 8 * MiB, 8));
+    CHECK_EQ(gvm_migrate((void *)w, 1), GVM_ERR_BUSY);
+    CHECK_EQ(gvm_pause("weights", GVM_PAUSE_UNMAPPED), GVM_OK);   /* already paused: nothing to do */
+    CHECK_EQ(gvm_resume("weights"), GVM_OK);
+    CHECK_EQ(gvm_query((void *)w, &info), GVM_OK);
+    CHECK(!info.paused);
+    CHECK_EQ(info.location, 0);
+    CHECK_EQ(info.bytes_on_host, 0);
+    CHECK_EQ(simcuda_location_of(w), 0);
+    CHECK(intact(w, 40 * MiB, 5) && intact(s, 3000 & ~3u, 6));
+    /* And again: the host pieces came back to the pool for the next pause. */
+    CHECK_EQ(gvm_pause("weights", GVM_PAUSE_UNMAPPED), GVM_OK);
+    CHECK_EQ(gvm_resume(NULL), GVM_OK);
+    CHECK(intact(w, 40 * MiB, 5) && intact(s, 3000 & ~3u, 6));
+}
+
+static void freeing_shelved_memory_releases_its_copy(void)
+{
+    start_policy(NULL);
+    struct leaks base = leaks_now();
+    int64_t host0 = gvm_stats.resident[GVM_MAX_DEVICES];
+    CHECK_EQ(gvm_tag_push("kv"), GVM_OK);
+    uintptr_t k = palloc(24 * MiB);
+    CHECK_EQ(gvm_tag_pop(), GVM_OK);
+    fill(k, 24 * MiB, 3);
+    CHECK_EQ(gvm_pause("kv", GVM_PAUSE_UNMAPPED), GVM_OK);
+    CHECK_EQ(gvm_stats.resident[GVM_MAX_DEVICES], host0 + (int64_t)(24 * MiB));
+    CHECK_EQ(gvm_policy_free(k), CUDA_SUCCESS);
+    CHECK_EQ(gvm_stats.resident[GVM_MAX_DEVICES], host0);
+    CHECK_NO_LEAK(base);
+}
+
+/* A driver call failing anywhere in the pause leaves the allocation
+ * mapped where it was with its contents; anywhere in the resume leaves it
+ * paused with its copy, which a later resume restores. Nothing leaks. */
+static void pause_unmapped_failure_at_every_call(void)
+{
+    start_policy(NULL);
+    CHECK_EQ(gvm_tag_push("w"), GVM_OK);
+    size_t n = 200 * MiB;   /* several blocks, several host pieces each */
+    uintptr_t w = palloc(n);
+    CHECK_EQ(gvm_tag_pop(), GVM_OK);
+    fill(w, n, 4);
+    /* How many driver calls each takes from the state every round starts
+     * in (pools trimmed): each one of them fails once below. */
+    leaks_now();
+    simcuda_reset_counts();
+    CHECK_EQ(gvm_pause("w", GVM_PAUSE_UNMAPPED), GVM_OK);
+    unsigned long npause = simcuda_call_count();
+    leaks_now();
+    simcuda_reset_counts();
+    CHECK_EQ(gvm_resume("w"), GVM_OK);
+    unsigned long nresume = simcuda_call_count();
+    CHECK(npause > 10 && nresume > 10);
+    gvm_info info;
+    int failed = 0;
+    for (unsigned long k = 1; k <= npause; k++) {
+        struct leaks base = leaks_now();
+        simcuda_fail_nth(k, CUDA_ERROR_ILLEGAL_STATE);
+        gvm_status st = gvm_pause("w", GVM_PAUSE_UNMAPPED);
+        simcuda_fail_nth(0, CUDA_SUCCESS);
+        CHECK_EQ(gvm_query((void *)w, &info), GVM_OK);
+        if (st == GVM_OK) {   /* the failed call was one the pause may do without */
+            CHECK(info.paused);
+            CHECK_EQ(simcuda_location_of(w), SIMCUDA_LOC_UNMAPPED);
+            CHECK_EQ(gvm_resume("w"), GVM_OK);
+            CHECK(intact(w, n, 4));
+            continue;
+        }
+        failed++;
+        CHECK_EQ(st, GVM_ERR_DRIVER);
+        CHECK(!info.paused);
+        CHECK_EQ(info.location, 0);
+        CHECK_EQ(simcuda_location_of(w), 0);
+        CHECK(intact(w, n, 4));
+        CHECK_NO_LEAK(base);
+    }
+    CHECK(failed > 10);
+    failed = 0;
+    CHECK_EQ(gvm_pause("w", GVM_PAUSE_UNMAPPED), GVM_OK);
+    for (unsigned long k = 1; k <= nresume; k++) {
+        struct leaks base = leaks_now();
+        simcuda_fail_nth(k, CUDA_ERROR_ILLEGAL_STATE);
+        gvm_status st = gvm_resume("w");
+        simcuda_fail_nth(0, CUDA_SUCCESS);
+        CHECK_EQ(gvm_query((void *)w, &info), GVM_OK);
+        if (st == GVM_OK) {
+            CHECK(!info.paused);
+            CHECK(intact(w, n, 4));
+            CHECK_EQ(gvm_pause("w", GVM_PAUSE_UNMAPPED), GVM_OK);
+            continue;
+        }
+        failed++;
+        CHECK_EQ(st, GVM_ERR_DRIVER);
+        CHECK(info.paused);
+        CHECK_EQ(info.location, GVM_HOST);
+        CHECK_EQ(simcuda_location_of(w), SIMCUDA_LOC_UNMAPPED);
+        CHECK_NO_LEAK(base);
+    }
+    CHECK(failed > 10);
+    CHECK_EQ(gvm_resume("w"), GVM_OK);
+    CHECK_EQ(where(w), 0);
+    CHECK(intact(w, n, 4));
+}
+
 static void threshold_rule_places_large_allocations_in_host_memory(void)
 {
     gvm_config_defaults(&cfg);
@@ -1208,6 +1340,9 @@ static const struct test_case cases[] = {
     TEST_ENTRY(unused_spilled_data_stays_out)
     TEST_ENTRY(pause_keep_and_resume)
     TEST_ENTRY(pause_discard_and_resume_zeroed)
+    TEST_ENTRY(pause_unmapped_keeps_the_contents_off_the_range)
+    TEST_ENTRY(freeing_shelved_memory_releases_its_copy)
+    TEST_ENTRY(pause_unmapped_failure_at_every_call)
     TEST_ENTRY(threshold_rule_places_large_allocations_in_host_memory)
     TEST_ENTRY(failure_while_spilling_keeps_data)
     TEST_ENTRY(the_limit_holds_at_1_25x)

@@ -123,6 +123,16 @@ try:
     ctl("resume", pid, "weights")
     check(ask("where") == "0", "resumed home")
     check(ask("check") == "ok", "data intact after pause and resume")
+    out = ctl("pause", pid, "weights", "--unmapped").stdout
+    check("(unmapped)" in out, "an unmapped pause says so: %s" % out)
+    check(ask("where") == "-1", "the tag's copy waits on the host")
+    dev0 = [p for p in json.loads(ctl("list", "--json").stdout) if p["pid"] == pid][0]["devices"][0]
+    check(dev0["held"] <= held_before - (24 << 20) and dev0["on_host"] >= 24 << 20,
+          "device memory released by an unmapped pause: held %d -> %d, on host %d"
+          % (held_before, dev0["held"], dev0["on_host"]))
+    ctl("resume", pid, "weights")
+    check(ask("where") == "0" and ask("check") == "ok", "data intact after an unmapped pause and resume")
+    ctl("pause", pid, "weights", "--discard", "--unmapped", expect=1)
     ctl("pause", pid, "weights", "--discard")
     ctl("resume", pid)
     check(ask("check") == "zero", "discarded memory comes back zeroed")

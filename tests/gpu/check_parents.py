@@ -170,7 +170,8 @@ def main():
         print("0 passed, 1 failed")
         return 1
     r = gt.Runner("parents")
-    for name, fn in (("pause_keep", pause.case_pause(False)), ("pause_discard", pause.case_pause(True)),
+    for name, fn in (("pause_keep", pause.case_pause()), ("pause_unmapped", pause.case_pause("--unmapped")),
+                     ("pause_discard", pause.case_pause("--discard")),
                      ("spill_trace", plot.case_spill_trace), ("lower_then_raise", live.case_lower_then_raise)):
         r.run(name, fn)
         r.all_skip = None   # a skip says "nothing here runs" of its own test script only

@@ -14,6 +14,9 @@ a user has: NVML (the job's own process entry, else nvidia-smi
                  memory is back; the job continues, and every loss and
                  output is bit for bit that of the same job run without a
                  pause under the shim, and natively
+  pause_unmapped gvmctl pause PID model --unmapped (GVM_PAUSE_UNMAPPED: the
+                 copy waits in host memory mapped nowhere in the job's range):
+                 the same checks as pause_keep
   pause_discard  gvmctl pause PID model --discard: the same release; after
                  resume the parameters are zero (what gvm_pause with
                  GVM_PAUSE_DISCARD documents: resume gives zeroed memory);
@@ -149,11 +152,13 @@ def same_run(ref, got, what):
                                                                  sum(len(x) for x in a), what))
 
 
-def case_pause(discard):
+def case_pause(flag=None):
+    discard = flag == "--discard"
+
     def case():
         gt.gvmctl_path()
         native, shim_ref = plain(False), plain(True)
-        label = "job paused from outside%s (shim)" % (" with --discard" if discard else "")
+        label = "job paused from outside%s (shim)" % (" with " + flag if flag else "")
         job = gt.LiveChild(__file__, "job", dict(JOB, shim=True, reload=discard), shim=True, label=label)
         try:
             mb = job.at("pause")["model_bytes"]
@@ -161,7 +166,7 @@ def case_pause(discard):
             if before["used"] is None:
                 print("  (NVML does not list the job: %s; nvidia-smi neither: checking mem_get_info only)"
                       % before["nvml_missing"])
-            rc, out, err = job.ctl("pause", job.pid, "model", *(["--discard"] if discard else []))
+            rc, out, err = job.ctl("pause", job.pid, "model", *([flag] if flag else []))
             gt.expect(rc == 0, "gvmctl pause exit %d: %s" % (rc, err.strip()))
             gt.expect(out.startswith("paused"), "gvmctl pause printed %r" % out)
             paused = used(job)
@@ -220,7 +225,8 @@ def case_pause(discard):
 
 def main():
     return gt.suite_main("gvmctl-pause", "torch", HANDLERS,
-                         [("pause_keep", case_pause(False)), ("pause_discard", case_pause(True))])
+                         [("pause_keep", case_pause()), ("pause_unmapped", case_pause("--unmapped")),
+                          ("pause_discard", case_pause("--discard"))])
 
 
 if __name__ == "__main__":
