@@ -8,7 +8,6 @@
 #include "core/heap.h"
 #include "core/log.h"
 #include "core/relocate.h"
-#include "core/shelf.h"
 #include "core/slab.h"
 #include "core/topo.h"
 #include "core/vamap.h"
@@ -290,7 +289,7 @@ GVM_EXPORT gvm_status gvm_query(const void *ptr, gvm_info *info)
         .aliases = naliases,
         .paused = (r->flags & GVM_RF_PAUSED) != 0,
         .bytes_on_device = gvm_region_bytes_at(r, r->device),
-        .bytes_on_host = gvm_region_bytes_at(r, GVM_LOC_HOST) + gvm_shelf_bytes(r),
+        .bytes_on_host = gvm_region_bytes_at(r, GVM_LOC_HOST) + gvm_region_shelf_bytes(r),
         .last_driver_error = r->last_error ? (int)r->last_error : (int)last_driver_error,
         .buffer_id = gvm_heap_buffer_id(&ref),
     };

@@ -3,7 +3,6 @@
 #include "core/driver.h"
 #include "core/log.h"
 #include "core/settings.h"
-#include "core/shelf.h"
 #include "core/topo.h"
 #include "core/vamap.h"
 
@@ -558,9 +557,26 @@ int gvm_region_block_at(const struct gvm_region *r, size_t off)
     return -1;
 }
 
+size_t gvm_region_shelf_bytes(const struct gvm_region *r)
+{
+    size_t n = 0;
+    for (int k = 0; k < r->nshelf; k++) n += r->shelf[k]->size;
+    return n;
+}
+
+void gvm_region_drop_shelf(struct gvm_region *r)
+{
+    if (!r->shelf) return;
+    gvm_stats_resident(GVM_LOC_HOST, -(int64_t)gvm_region_shelf_bytes(r));
+    for (int k = 0; k < r->nshelf; k++) gvm_phys_put(r->shelf[k]);
+    free(r->shelf);
+    r->shelf = NULL;
+    r->nshelf = 0;
+}
+
 void gvm_region_destroy(struct gvm_region *r)
 {
-    gvm_shelf_drop(r);
+    gvm_region_drop_shelf(r);
     gvm_region_shrink(r, 0);
     if (r->flags & GVM_RF_LEAKED) {
         gvm_warn("leaking the address range at %#lx: a mapping in it could not be removed",

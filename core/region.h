@@ -209,6 +209,12 @@ bool gvm_region_grant_copier(struct gvm_region *r, int dev);
  * GVM_LOC_NONE when nothing is mapped. */
 int gvm_region_location(const struct gvm_region *r);
 
+/* The bytes of a paused region's copy kept on the shelf (core/shelf.h;
+ * 0: none), and its release: to the host pool, when the region is
+ * destroyed or its copy taken back. */
+size_t gvm_region_shelf_bytes(const struct gvm_region *r);
+void gvm_region_drop_shelf(struct gvm_region *r);
+
 /* The same, for a caller that does not hold r->op: a move may be
  * rewriting the block list meanwhile (waits for it); GVM_LOC_NONE when r
  * is no longer (or not yet) a live allocation. */

@@ -31,13 +31,6 @@ static int cut_blocks(const struct gvm_region *r, size_t cap, size_t *sizes)
     return n;
 }
 
-size_t gvm_shelf_bytes(const struct gvm_region *r)
-{
-    size_t n = 0;
-    for (int k = 0; k < r->nshelf; k++) n += r->shelf[k]->size;
-    return n;
-}
-
 /* The device whose engine copies block b out: its own, or for memory on
  * host the allocating device, which always reaches the region. */
 static int copier_of(const struct gvm_region *r, const struct gvm_block *b)
@@ -118,7 +111,7 @@ CUresult gvm_shelf_put(struct gvm_region *r, bool quiesced)
         r->shelf = pieces;
         r->nshelf = n;
         pieces = NULL;
-        gvm_stats_resident(GVM_LOC_HOST, (int64_t)gvm_shelf_bytes(r));
+        gvm_stats_resident(GVM_LOC_HOST, (int64_t)gvm_region_shelf_bytes(r));
     } else if (pieces) {
         for (int k = 0; k < n; k++) gvm_phys_put(pieces[k]);
     }
@@ -184,23 +177,13 @@ CUresult gvm_shelf_take(struct gvm_region *r, int dev)
     CUresult done = s ? DRV(cuStreamSynchronize, s) : CUDA_SUCCESS;
     if (rc == CUDA_SUCCESS) rc = done;
     gvm_topo_pop();
-    size_t bytes = gvm_shelf_bytes(r);
+    size_t bytes = gvm_region_shelf_bytes(r);
     if (__atomic_load_n(&gvm_trace_enabled, __ATOMIC_RELAXED))
         gvm_trace_move("resume", r->base, bytes, GVM_LOC_HOST, dev, t0, gvm_trace_now(), rc == CUDA_SUCCESS);
     if (rc != CUDA_SUCCESS) {
         untake(r, i);
         return rc;
     }
-    gvm_shelf_drop(r);
+    gvm_region_drop_shelf(r);
     return CUDA_SUCCESS;
-}
-
-void gvm_shelf_drop(struct gvm_region *r)
-{
-    if (!r->shelf) return;
-    gvm_stats_resident(GVM_LOC_HOST, -(int64_t)gvm_shelf_bytes(r));
-    for (int k = 0; k < r->nshelf; k++) gvm_phys_put(r->shelf[k]);
-    free(r->shelf);
-    r->shelf = NULL;
-    r->nshelf = 0;
 }

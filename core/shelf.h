@@ -21,10 +21,7 @@ CUresult gvm_shelf_put(struct gvm_region *r, bool quiesced);
  * still shelved, its copy intact. */
 CUresult gvm_shelf_take(struct gvm_region *r, int dev);
 
-/* Bytes of r kept on the shelf (0: none). */
-size_t gvm_shelf_bytes(const struct gvm_region *r);
-
-/* Releases the shelved copy of a region being destroyed. */
-void gvm_shelf_drop(struct gvm_region *r);
+/* The shelf's pieces are the region's own (region.h): it counts them
+ * (gvm_region_shelf_bytes) and releases them when destroyed. */
 
 #endif

@@ -2,7 +2,6 @@
 
 #include "core/heap.h"
 #include "core/live.h"
-#include "core/shelf.h"
 #include "core/stats.h"
 
 #include <stdlib.h>
@@ -39,7 +38,7 @@ void gvm_heap_where(struct gvm_where *out, int ndev)
         pthread_mutex_lock(&r->op);
         int d = r->device;
         if (gvm_region_live(r) && d >= 0 && d < ndev) {
-            out[d].host += gvm_shelf_bytes(r);   /* paused unmapped: held on host all the same */
+            out[d].host += gvm_region_shelf_bytes(r);   /* paused unmapped: held on host all the same */
             for (int b = 0; b < r->nblocks; b++) {
                 const struct gvm_block *k = &r->blocks[b];
                 if (!k->phys) continue;
