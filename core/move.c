@@ -345,15 +345,13 @@ bool gvm_move_making_room(void) { return making_room; }
  * of other sizes) back to the driver for a move's destinations; the bytes
  * freed. The trim must not wait for a chunk a move holds: it may be the
  * region moving, or one the thread this one works for holds (core/slab.c). */
-static size_t make_room(int loc)
+size_t gvm_move_make_room(int loc)
 {
     making_room = true;
     size_t freed = gvm_heap_trim(loc);
     making_room = false;
     return freed;
 }
-
-size_t gvm_move_make_room(int loc) { return make_room(loc); }
 
 /* Whether an alias of r ends at offset `at`. An alias made before r grew
  * shows only r's first pieces, and a remap switches a view only when the
@@ -428,7 +426,7 @@ static CUresult plan_build(struct gvm_region *r, int loc, struct plan *p)
      * regions, empty chunks) may be what stands in the way of its limit:
      * give it back and try once more. */
     CUresult rc = take_destinations(p, loc);
-    if (rc == CUDA_ERROR_OUT_OF_MEMORY && make_room(loc)) rc = take_destinations(p, loc);
+    if (rc == CUDA_ERROR_OUT_OF_MEMORY && gvm_move_make_room(loc)) rc = take_destinations(p, loc);
     if (rc != CUDA_SUCCESS) return rc;
     if ((rc = stage_sources(r, p)) != CUDA_SUCCESS) {
         unstage_sources(p);
@@ -485,7 +483,7 @@ static CUresult make_group(struct gvm_region *r, struct plan *p, int k)
     for (int j = g->d0; j < g->d0 + g->nd; j++) {
         if (p->dst[j]) continue;
         CUresult rc = gvm_phys_create_reserved(p->loc, p->sizes[j], &p->dst[j]);
-        if (rc == CUDA_ERROR_OUT_OF_MEMORY && make_room(p->loc))
+        if (rc == CUDA_ERROR_OUT_OF_MEMORY && gvm_move_make_room(p->loc))
             rc = gvm_phys_create_reserved(p->loc, p->sizes[j], &p->dst[j]);
         if (rc != CUDA_SUCCESS) {
             p->dst[j] = NULL;

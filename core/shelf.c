@@ -81,6 +81,8 @@ static CUresult unmap_blocks(struct gvm_region *r, struct gvm_phys **old)
     return CUDA_SUCCESS;
 }
 
+/* Pooled or created, staged; idle memory at loc given back once if they
+ * do not fit, as a move does. */
 static CUresult get_pieces(int loc, const size_t *sizes, int n, struct gvm_phys **out)
 {
     CUresult rc = gvm_phys_get_many(loc, sizes, n, true, out);
@@ -123,13 +125,6 @@ CUresult gvm_shelf_put(struct gvm_region *r, bool quiesced)
     return rc;
 }
 
-static CUresult get_piece(int dev, size_t size, struct gvm_phys **p)
-{
-    CUresult rc = gvm_phys_get(dev, size, true, p);
-    if (rc == CUDA_ERROR_OUT_OF_MEMORY && gvm_move_make_room(dev)) rc = gvm_phys_get(dev, size, true, p);
-    return rc;
-}
-
 /* Fresh memory for block i, filled from the shelf pieces from *k on and
  * mapped at the region's addresses (the copy may still run: nothing reads
  * the region before the take returns). A block still mapped (a rollback
@@ -138,7 +133,7 @@ static CUresult take_block(struct gvm_region *r, int i, int dev, CUstream s, int
 {
     struct gvm_block *b = &r->blocks[i];
     struct gvm_phys *p = NULL;
-    CUresult rc = b->phys ? CUDA_SUCCESS : get_piece(dev, b->size, &p);
+    CUresult rc = b->phys ? CUDA_SUCCESS : get_pieces(dev, &b->size, 1, &p);
     for (size_t o = 0; o < b->size && *k < r->nshelf; o += r->shelf[(*k)++]->size)
         if (rc == CUDA_SUCCESS && p)
             rc = DRV(cuMemcpyDtoDAsync_v2, p->staging + o, r->shelf[*k]->staging, r->shelf[*k]->size, s);
@@ -177,9 +172,8 @@ CUresult gvm_shelf_take(struct gvm_region *r, int dev)
     CUresult done = s ? DRV(cuStreamSynchronize, s) : CUDA_SUCCESS;
     if (rc == CUDA_SUCCESS) rc = done;
     gvm_topo_pop();
-    size_t bytes = gvm_region_shelf_bytes(r);
     if (__atomic_load_n(&gvm_trace_enabled, __ATOMIC_RELAXED))
-        gvm_trace_move("resume", r->base, bytes, GVM_LOC_HOST, dev, t0, gvm_trace_now(), rc == CUDA_SUCCESS);
+        gvm_trace_move("resume", r->base, r->mapped, GVM_LOC_HOST, dev, t0, gvm_trace_now(), rc == CUDA_SUCCESS);
     if (rc != CUDA_SUCCESS) {
         untake(r, i);
         return rc;
