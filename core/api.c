@@ -275,7 +275,7 @@ GVM_EXPORT gvm_status gvm_query(const void *ptr, gvm_info *info)
     struct gvm_region *r = ref.region;
     int naliases = 0;
     for (struct gvm_region *a = r->aliases; a; a = a->aliases) naliases++;
-    int loc = r->nshelf ? GVM_LOC_HOST : gvm_region_location(r);
+    int loc = r->shelf ? GVM_LOC_HOST : gvm_region_location(r);
     *info = (gvm_info){
         .base = (void *)ref.base,
         .size = ref.size,

@@ -586,8 +586,8 @@ static void mover_issue(struct mover *m)
     m->rc = make_group(m->r, &m->p, m->k);
     if (m->rc == CUDA_SUCCESS) m->rc = copy_group(m->r, &m->p, m->k, &m->cur);
     /* The next group's memory is made and staged while this one copies. */
-    if (m->rc == CUDA_SUCCESS && m->k + 1 < m->p.ng) m->rc = make_group(m->r, &m->p, m->k + 1);
-    if (m->rc == CUDA_SUCCESS && m->k + 1 < m->p.ng) m->rc = stage_group(m->r, &m->p, m->k + 1);
+    if (m->rc == CUDA_SUCCESS && m->k + 1 < m->p.ng && (m->rc = make_group(m->r, &m->p, m->k + 1)) == CUDA_SUCCESS)
+        m->rc = stage_group(m->r, &m->p, m->k + 1);
     m->clock.copy += now_ms() - t0;
 }
 

@@ -41,9 +41,6 @@ enum gvm_region_flags {
      * answers GVM_ERR_BUSY), its pieces are never pooled or cached for
      * reuse, until the region is destroyed. */
     GVM_RF_SHARED = 32,
-    /* Paused with its copy on the shelf (core/shelf.h): blocks unmapped,
-     * their phys NULL as when discarded, the contents in `shelf`. */
-    GVM_RF_SHELVED = 64,
 };
 
 /* Launches a region remembers: more than a training step's uses of one
@@ -77,7 +74,8 @@ struct gvm_region {
     int alias_slot;              /* on an alias of a chunk: the slot it was made for */
     unsigned flags;
     int paused_loc;              /* where its data waits while paused */
-    struct gvm_phys **shelf;     /* GVM_RF_SHELVED: host pieces holding its contents, in order */
+    struct gvm_phys **shelf;     /* paused unmapped (core/shelf.h): the host pieces holding its contents,
+                                    in order, its blocks' phys NULL as when discarded; NULL otherwise */
     int nshelf;
     uint64_t spilled_at;         /* use clock when the policy moved it off its device, 0 if not */
     uint32_t launches[GVM_REGION_LAUNCHES];   /* the launch numbers of its last uses (policy/recur.c) */

@@ -68,7 +68,6 @@ static CUresult pause(struct gvm_region *r, int loc, unsigned how)
         if (rc == CUDA_SUCCESS || released) GVM_STORE(r->flags, r->flags | GVM_RF_DISCARDED);
     } else if (how & GVM_RELOC_SHELVE) {
         rc = gvm_shelf_put(r, how & GVM_RELOC_QUIESCED);
-        if (rc == CUDA_SUCCESS) GVM_STORE(r->flags, r->flags | GVM_RF_SHELVED);
     } else {
         rc = move_to(r, GVM_LOC_HOST, how);
     }
@@ -104,10 +103,10 @@ static CUresult resume(struct gvm_region *r, unsigned how)
 {
     int dev = r->paused_loc >= 0 ? r->paused_loc : r->device;
     CUresult rc = (r->flags & GVM_RF_DISCARDED) ? refill(r, dev)
-                  : (r->flags & GVM_RF_SHELVED)  ? gvm_shelf_take(r, dev)
+                  : r->shelf                     ? gvm_shelf_take(r, dev)
                                                  : move_to(r, dev, how);
     if (rc == CUDA_SUCCESS) {
-        GVM_STORE(r->flags, r->flags & ~(unsigned)(GVM_RF_PAUSED | GVM_RF_DISCARDED | GVM_RF_SHELVED));
+        GVM_STORE(r->flags, r->flags & ~(unsigned)(GVM_RF_PAUSED | GVM_RF_DISCARDED));
         gvm_stat_inc(resumes);
     }
     return rc;
