@@ -24,6 +24,10 @@ Reported per working set:
                    steps, so the set-up's spills do not count)
   checksum         acc of the last step equals the native one
 
+Mode "host-lazy": GVM_SPILL=host with GVM_SPILL_HOST_MAP=lazy (spilled
+memory left unmapped until used: a swap pays its copies, not the host
+mapping; --no-lazy: not run).
+
 One more row, mode "host+trace": the host configuration nearest 1.5x the
 limit again with GVM_TRACE set, its step time beside the untraced one
 (what the timeline costs a spilling job) and the trace file's size
@@ -35,7 +39,7 @@ Exit 77 without torch or a GPU.
 
     bench/spill.py --lib build/preload/libgvmshim.so [--limit 4G]
                    [--ratios 0.8,1.25,1.5,2] [--no-peer] [--no-managed]
-                   [--no-diff] [--no-trace] [--deadline 240] [--shim-env GVM_X=V]
+                   [--no-diff] [--no-trace] [--no-lazy] [--deadline 240] [--shim-env GVM_X=V]
                    [--workload read|train]
 """
 import argparse
@@ -397,6 +401,7 @@ def main():
     ap.add_argument("--no-diff", action="store_true",
                     help="moved/step from one run (includes the set-up's spills), half the runs")
     ap.add_argument("--no-trace", action="store_true", help="skip the run with GVM_TRACE set")
+    ap.add_argument("--no-lazy", action="store_true", help="skip GVM_SPILL=host with GVM_SPILL_HOST_MAP=lazy")
     ap.add_argument("--deadline", type=int, default=240, help="start no run after this many seconds [240]")
     ap.add_argument("--workload", choices=["read", "train"], default="read",
                     help="read: every weight read once a step; train: forward, backward, Adam [read]")
@@ -444,6 +449,9 @@ def main():
         return True
 
     modes = [("host", {"GVM_DEVICE_LIMIT": o.limit, "GVM_SPILL": "host"}, links.get("h2d_gbps"))]
+    if not o.no_lazy:
+        modes.append(("host-lazy", {"GVM_DEVICE_LIMIT": o.limit, "GVM_SPILL": "host", "GVM_SPILL_HOST_MAP": "lazy"},
+                      links.get("h2d_gbps")))
     if native.get("peer") and not o.no_peer:
         modes.append(("peer", {"GVM_DEVICE_LIMIT": "0:" + o.limit, "GVM_SPILL": "peer"}, links.get("peer_gbps")))
     elif native.get("devices", 1) >= 2 and not o.no_peer:
@@ -456,7 +464,7 @@ def main():
             fit = native_by_ws.get(ws, {})
             row = {"mode": mode, "ratio": ratio, "ws_request": ws, "limit": limit, "link_gbps": link}
             rows.append(row)
-            if mode == "host" and ratio > 1 and not host_ok(ws, mode):
+            if mode.startswith("host") and ratio > 1 and not host_ok(ws, mode):
                 row["skipped"] = "host memory"
                 continue
             label = "%s %.2fx" % (mode, ratio)

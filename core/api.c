@@ -92,6 +92,14 @@ static void release_range(struct gvm_region *a)
         DRV(cuMemAddressFree, (CUdeviceptr)a->base, a->reserved);
 }
 
+/* r, locked, with lazily spilled memory mapped where it is (core/shelf.h):
+ * operations that build on its mapping see it whole. */
+static CUresult mapped(struct gvm_region *r)
+{
+    CUresult rc = gvm_relocate_locked(r, GVM_LOC_HOST, GVM_RELOC_MAPPED);
+    return gvm_relocate_refused(rc) ? CUDA_SUCCESS : rc;
+}
+
 /* Makes a (a new record) an alias of t, whose lock the caller holds. */
 static CUresult make_alias(struct gvm_region *a, struct gvm_region *t, int slot)
 {
@@ -136,7 +144,10 @@ GVM_EXPORT gvm_status gvm_alias(const void *ptr, void **alias_out)
         return GVM_ERR_BUSY;
     }
     struct gvm_region *t = ref.region;
-    CUresult rc = make_alias(a, t, ref.slot);
+    /* An alias shows the pieces mapped now: lazily spilled memory first. */
+    CUresult rc = mapped(t);
+    if (rc == CUDA_SUCCESS) rc = make_alias(a, t, ref.slot);
+    else gvm_region_recycle(a);
     if (rc == CUDA_SUCCESS) {
         a->aliases = t->aliases;
         t->aliases = a;
@@ -257,7 +268,7 @@ GVM_EXPORT gvm_status gvm_realloc(const void *ptr, size_t new_size)
         st = GVM_ERR_BUSY;
     else if (ref.slot >= 0)
         st = resize_small(&ref, new_size);
-    else
+    else if ((st = from_cu(mapped(ref.region))) == GVM_OK)
         st = resize_large(ref.region, new_size);
     if (!st) gvm_stat_inc(reallocs);
     pthread_mutex_unlock(&ref.region->op);

@@ -43,8 +43,9 @@ static void region_reset(struct gvm_region *r)
     r->aliases = NULL;
     GVM_STORE(r->alias_slot, 0);
     r->paused_loc = 0;
-    r->shelf = NULL;   /* dropped when the region was destroyed */
+    GVM_STORE(r->shelf, (struct gvm_phys **)NULL);   /* dropped when the region was destroyed */
     r->nshelf = 0;
+    GVM_STORE(r->shelf_spill, false);
     r->freed_at = 0;
     r->freed_on = 0;
     r->last_error = CUDA_SUCCESS;
@@ -521,7 +522,7 @@ int gvm_region_location_now(struct gvm_region *r)
 
 int gvm_region_location(const struct gvm_region *r)
 {
-    int loc = GVM_LOC_NONE;
+    int loc = r->shelf ? GVM_LOC_HOST : GVM_LOC_NONE;
     for (int i = 0; i < r->nblocks; i++) {
         if (!r->blocks[i].phys) continue;
         int l = r->blocks[i].phys->loc;
@@ -564,14 +565,51 @@ size_t gvm_region_shelf_bytes(const struct gvm_region *r)
     return n;
 }
 
+unsigned gvm_region_shelf_spills;
+
+void gvm_region_set_shelf(struct gvm_region *r, struct gvm_phys **pieces, int n, bool spill)
+{
+    r->nshelf = n;
+    GVM_STORE(r->shelf, pieces);
+    if (spill) {
+        GVM_STORE(r->shelf_spill, true);
+        __atomic_fetch_add(&gvm_region_shelf_spills, 1, __ATOMIC_RELAXED);
+    }
+    gvm_stats_resident(GVM_LOC_HOST, (int64_t)gvm_region_shelf_bytes(r));
+}
+
+void gvm_region_shelf_paused(struct gvm_region *r)
+{
+    if (!r->shelf_spill) return;
+    GVM_STORE(r->shelf_spill, false);
+    __atomic_fetch_sub(&gvm_region_shelf_spills, 1, __ATOMIC_RELAXED);
+}
+
+/* Takes the shelf off r: its pieces stop counting as held for r. */
+static struct gvm_phys **detach_shelf(struct gvm_region *r, int *n)
+{
+    struct gvm_phys **p = r->shelf;
+    gvm_stats_resident(GVM_LOC_HOST, -(int64_t)gvm_region_shelf_bytes(r));
+    *n = r->nshelf;
+    GVM_STORE(r->shelf, (struct gvm_phys **)NULL);
+    r->nshelf = 0;
+    gvm_region_shelf_paused(r);   /* no longer a lazy spill either */
+    return p;
+}
+
 void gvm_region_drop_shelf(struct gvm_region *r)
 {
     if (!r->shelf) return;
-    gvm_stats_resident(GVM_LOC_HOST, -(int64_t)gvm_region_shelf_bytes(r));
-    for (int k = 0; k < r->nshelf; k++) gvm_phys_put(r->shelf[k]);
-    free(r->shelf);
-    r->shelf = NULL;
-    r->nshelf = 0;
+    int n;
+    struct gvm_phys **p = detach_shelf(r, &n);
+    for (int k = 0; k < n; k++) gvm_phys_put(p[k]);
+    free(p);
+}
+
+void gvm_region_release_shelf(struct gvm_region *r)
+{
+    int n;
+    free(detach_shelf(r, &n));
 }
 
 void gvm_region_destroy(struct gvm_region *r)

@@ -74,9 +74,11 @@ struct gvm_region {
     int alias_slot;              /* on an alias of a chunk: the slot it was made for */
     unsigned flags;
     int paused_loc;              /* where its data waits while paused */
-    struct gvm_phys **shelf;     /* paused unmapped (core/shelf.h): the host pieces holding its contents,
-                                    in order, its blocks' phys NULL as when discarded; NULL otherwise */
+    struct gvm_phys **shelf;     /* paused unmapped or spilled lazily (core/shelf.h): the host pieces
+                                    holding its contents, in order, its blocks' phys NULL as when
+                                    discarded; NULL otherwise */
     int nshelf;
+    bool shelf_spill;            /* its shelf holds a lazy spill (spill_host_map=lazy), not a paused copy */
     uint64_t spilled_at;         /* use clock when the policy moved it off its device, 0 if not */
     uint32_t launches[GVM_REGION_LAUNCHES];   /* the launch numbers of its last uses (policy/recur.c) */
     uint32_t nlaunches;          /* uses recorded; the newest is launches[(nlaunches - 1) % GVM_REGION_LAUNCHES] */
@@ -203,15 +205,30 @@ CUresult gvm_region_grant(struct gvm_region *r, int dev);
  * has r announced. */
 bool gvm_region_grant_copier(struct gvm_region *r, int dev);
 
-/* Where r's memory lives: a device, GVM_LOC_HOST, GVM_LOC_MIXED, or
- * GVM_LOC_NONE when nothing is mapped. */
+/* Where r's memory lives: a device, GVM_LOC_HOST (its shelf counts as
+ * host memory), GVM_LOC_MIXED, or GVM_LOC_NONE when it holds none. */
 int gvm_region_location(const struct gvm_region *r);
 
-/* The bytes of a paused region's copy kept on the shelf (core/shelf.h;
- * 0: none), and its release: to the host pool, when the region is
- * destroyed or its copy taken back. */
+/* The bytes of r's copy kept on the shelf (core/shelf.h; 0: none). */
 size_t gvm_region_shelf_bytes(const struct gvm_region *r);
+
+/* Regions spilled lazily now (shelf_spill): while 0, no region's
+ * contents wait unmapped outside a pause (a cheap test before looking for
+ * them). */
+extern unsigned gvm_region_shelf_spills;
+
+/* Gives r the shelf pieces[0..n) (an array from malloc, r's now): they
+ * count as held on host for r; `spill`: a lazy spill's, not a pause's. */
+void gvm_region_set_shelf(struct gvm_region *r, struct gvm_phys **pieces, int n, bool spill);
+
+/* A lazy spill's shelf now holds a paused copy (the region was paused). */
+void gvm_region_shelf_paused(struct gvm_region *r);
+
+/* The shelf goes: drop puts its pieces back to the host pool (the region
+ * destroyed or its copy taken back); release leaves them to the caller,
+ * who mapped them as blocks. */
 void gvm_region_drop_shelf(struct gvm_region *r);
+void gvm_region_release_shelf(struct gvm_region *r);
 
 /* The same, for a caller that does not hold r->op: a move may be
  * rewriting the block list meanwhile (waits for it); GVM_LOC_NONE when r

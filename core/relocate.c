@@ -23,6 +23,38 @@ static CUresult move_to(struct gvm_region *r, int loc, unsigned how)
     return gvm_move_blocks(r, loc, !(how & GVM_RELOC_QUIESCED), reason(how));
 }
 
+/* Spilled lazily: its contents wait on the shelf, its addresses unmapped. */
+static bool lazy(const struct gvm_region *r) { return r->shelf_spill; }
+
+/* Whether a spill of r to host may leave it unmapped (GVM_RELOC_SHELVE):
+ * not a chunk, whose free slots the program may be handed meanwhile, nor
+ * a region an alias shows (the alias would keep the old memory). */
+static bool shelvable(const struct gvm_region *r, int loc, unsigned how)
+{
+    return (how & GVM_RELOC_SHELVE) && loc == GVM_LOC_HOST && GVM_LOAD(r->kind) == GVM_REGION_LARGE &&
+           !r->aliases;
+}
+
+/* A lazy spill or its return counts as the move it is (a map in place
+ * moves nothing). */
+static CUresult counted(struct gvm_region *r, int to, CUresult rc)
+{
+    if (rc != CUDA_SUCCESS) return rc;
+    gvm_stat_add(bytes_migrated, r->mapped);
+    if (to == GVM_LOC_HOST)
+        gvm_stat_inc(migrations_d2h);
+    else
+        gvm_stat_inc(migrations_h2d);
+    return rc;
+}
+
+/* A lazily spilled region taken to loc: fresh memory on a device, or
+ * its shelf mapped where it is, on host. */
+static CUresult unshelve(struct gvm_region *r, int loc, unsigned how)
+{
+    return loc >= 0 ? counted(r, loc, gvm_shelf_take(r, loc, reason(how))) : gvm_shelf_map_in_place(r);
+}
+
 /* Whether r's state allows the move `how` asks for. */
 static bool allowed(const struct gvm_region *r, int loc, unsigned how)
 {
@@ -45,6 +77,10 @@ static bool allowed(const struct gvm_region *r, int loc, unsigned how)
  * as discarded all the same, so a resume refills what is missing. */
 static CUresult discard(struct gvm_region *r, bool *released)
 {
+    if (r->shelf) {
+        gvm_region_drop_shelf(r);
+        *released = true;
+    }
     for (int i = 0; i < r->nblocks; i++) {
         struct gvm_phys *old = NULL;
         if (!r->blocks[i].phys) continue;
@@ -67,7 +103,10 @@ static CUresult pause(struct gvm_region *r, int loc, unsigned how)
         if (rc == CUDA_SUCCESS) rc = discard(r, &released);
         if (rc == CUDA_SUCCESS || released) GVM_STORE(r->flags, r->flags | GVM_RF_DISCARDED);
     } else if (how & GVM_RELOC_SHELVE) {
-        rc = gvm_shelf_put(r, how & GVM_RELOC_QUIESCED);
+        rc = r->shelf ? CUDA_SUCCESS : gvm_shelf_put(r, how & GVM_RELOC_QUIESCED, false, "pause");
+        if (rc == CUDA_SUCCESS) gvm_region_shelf_paused(r);   /* a lazy spill's shelf keeps the pause's copy */
+    } else if (r->shelf) {
+        rc = gvm_shelf_map_in_place(r);   /* the pause keeps its copy readable */
     } else {
         rc = move_to(r, GVM_LOC_HOST, how);
     }
@@ -103,7 +142,7 @@ static CUresult resume(struct gvm_region *r, unsigned how)
 {
     int dev = r->paused_loc >= 0 ? r->paused_loc : r->device;
     CUresult rc = (r->flags & GVM_RF_DISCARDED) ? refill(r, dev)
-                  : r->shelf                     ? gvm_shelf_take(r, dev)
+                  : r->shelf                     ? gvm_shelf_take(r, dev, "resume")
                                                  : move_to(r, dev, how);
     if (rc == CUDA_SUCCESS) {
         GVM_STORE(r->flags, r->flags & ~(unsigned)(GVM_RF_PAUSED | GVM_RF_DISCARDED));
@@ -147,6 +186,12 @@ CUresult gvm_relocate_locked(struct gvm_region *r, int loc, unsigned how)
         rc = pause(r, loc, how);
     else if (how & GVM_RELOC_RESUME)
         rc = resume(r, how);
+    else if (lazy(r))
+        rc = unshelve(r, how & GVM_RELOC_MAPPED ? GVM_LOC_HOST : loc, how);
+    else if (how & GVM_RELOC_MAPPED)
+        rc = CUDA_SUCCESS;
+    else if (shelvable(r, loc, how))
+        rc = counted(r, loc, gvm_shelf_put(r, how & GVM_RELOC_QUIESCED, true, reason(how)));
     else
         rc = move_to(r, loc, how);
     gvm_move_leave(r);
@@ -188,21 +233,62 @@ static void give_back(struct gvm_region *r, int loc, unsigned how, CUresult rc)
     pthread_mutex_unlock(&r->op);
 }
 
-int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const *out, const int *to, int nout,
-                      CUresult *in_rc)
+/* The lazy halves of a swap: regions leaving unmapped, and `in` when it
+ * comes from its shelf, each begun before the mapped moves run (both
+ * directions then share the copy engines) and ended after them. */
+struct lazy_half {
+    struct gvm_shelf_op *put, take;   /* put[i] for req[i] where shelve[i] */
+    bool taking;
+};
+
+static void lazy_begin(struct lazy_half *h, struct gvm_move_req *req, const bool *shelve, int n,
+                       struct gvm_move_req *in)
 {
-    const unsigned in_how = GVM_RELOC_PROMOTE | GVM_RELOC_QUIESCED, out_how = GVM_RELOC_SPILL | GVM_RELOC_QUIESCED;
+    for (int i = 0; i < n; i++)
+        if (shelve[i]) gvm_shelf_put_begin(&h->put[i], req[i].r, true, true, req[i].why);
+    h->taking = lazy(in->r);
+    if (h->taking) gvm_shelf_take_begin(&h->take, in->r, in->loc, in->why);
+}
+
+static void lazy_end(struct lazy_half *h, struct gvm_move_req *req, const bool *shelve, int n,
+                     struct gvm_move_req *in)
+{
+    for (int i = 0; i < n; i++)
+        if (shelve[i]) req[i].rc = counted(req[i].r, req[i].loc, gvm_shelf_put_end(&h->put[i]));
+    if (!h->taking) return;
+    in->rc = gvm_shelf_take_end(&h->take);
+    /* Its memory may have been what leaves now. */
+    if (in->rc == CUDA_ERROR_OUT_OF_MEMORY) in->rc = gvm_shelf_take(in->r, in->loc, in->why);
+    counted(in->r, in->loc, in->rc);
+}
+
+int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const *out, const int *to, int nout,
+                      unsigned out_flags, CUresult *in_rc)
+{
+    const unsigned in_how = GVM_RELOC_PROMOTE | GVM_RELOC_QUIESCED,
+                   out_how = GVM_RELOC_SPILL | GVM_RELOC_QUIESCED | (out_flags & GVM_RELOC_SHELVE);
     *in_rc = CUDA_ERROR_NOT_PERMITTED;
     if (!take(in, home, in_how, false)) return 0;
-    struct gvm_move_req req[nout > 0 ? nout : 1], back = {in, home, reason(in_how), CUDA_SUCCESS};
-    int n = 0;
+    struct gvm_move_req req[nout > 0 ? nout : 1], mapped[nout > 0 ? nout : 1],
+        back = {in, home, reason(in_how), CUDA_SUCCESS};
+    bool shelve[nout > 0 ? nout : 1];
+    struct gvm_shelf_op puts[nout > 0 ? nout : 1];
+    int n = 0, nm = 0;
     /* Only the first lock may wait: a region another thread is moving or
      * freeing is simply not a victim, and no two swaps can wait on each
      * other. */
-    for (int i = 0; i < nout; i++)
-        if (out[i] != in && take(out[i], to[i], out_how, true))
-            req[n++] = (struct gvm_move_req){out[i], to[i], reason(out_how), CUDA_SUCCESS};
-    gvm_move_lanes(req, n, &back, 1);
+    for (int i = 0; i < nout; i++) {
+        if (out[i] == in || !take(out[i], to[i], out_how, true)) continue;
+        shelve[n] = shelvable(out[i], to[i], out_how);
+        req[n++] = (struct gvm_move_req){out[i], to[i], reason(out_how), CUDA_SUCCESS};
+        if (!shelve[n - 1]) mapped[nm++] = req[n - 1];
+    }
+    struct lazy_half h = {.put = puts};
+    lazy_begin(&h, req, shelve, n, &back);
+    gvm_move_lanes(mapped, nm, &back, h.taking ? 0 : 1);
+    lazy_end(&h, req, shelve, n, &back);
+    for (int i = 0, j = 0; i < n; i++)
+        if (!shelve[i]) req[i].rc = mapped[j++].rc;
     int gone = 0;
     for (int i = 0; i < n; i++) {
         gone += req[i].rc == CUDA_SUCCESS;

@@ -29,8 +29,16 @@ enum gvm_reloc {
      * Refused when not paused. */
     GVM_RELOC_RESUME = 1 << 4,
     /* With GVM_RELOC_PAUSE to GVM_LOC_HOST: the copy waits unmapped, on the
-     * shelf (core/shelf.h); touching the memory faults until the resume. */
+     * shelf (core/shelf.h); touching the memory faults until the resume.
+     * With GVM_RELOC_SPILL to GVM_LOC_HOST (spill_host_map=lazy): the same
+     * for a spill, where the region allows it (an allocation of its own
+     * that no alias shows); the program's calls that reach it map it first
+     * (GVM_RELOC_MAPPED), kernels bring it back or map it (policy/spill.c). */
     GVM_RELOC_SHELVE = 1 << 5,
+    /* Alone: a lazily spilled region gets its shelf mapped at its
+     * addresses (it stays on host, readable by every pointer); any other
+     * region is left as it is. */
+    GVM_RELOC_MAPPED = 1 << 6,
     /* With any of the above: the caller has just waited for all queued
      * work (gvm_topo_quiesce), so the move does not wait again (a swap
      * moves several regions after one wait). */
@@ -52,10 +60,11 @@ CUresult gvm_relocate_locked(struct gvm_region *r, int loc, unsigned how);
  * The caller must know that the device has room for `in` beside what is
  * leaving (the held cap is not lifted); what leaves makes room for the
  * next swap. A region in out that is busy (another thread holds its lock)
- * or whose state refuses a spill is skipped. Returns how many left;
- * *in_rc is gvm_relocate's answer for `in`. */
+ * or whose state refuses a spill is skipped. out_flags: GVM_RELOC_SHELVE
+ * or 0, for those leaving for host. Returns how many left; *in_rc is
+ * gvm_relocate's answer for `in`. */
 int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const *out, const int *to, int nout,
-                      CUresult *in_rc);
+                      unsigned out_flags, CUresult *in_rc);
 
 /* True for the answers of gvm_relocate that mean "not done, by choice". */
 static inline bool gvm_relocate_refused(CUresult rc)

@@ -266,7 +266,8 @@ static int parse_enum(const char *s, void *out, const struct gvm_option_info *o,
                        sizeof(gvm_opt_level_t) == sizeof(gvm_opt_spill_mode_t) &&
                        sizeof(gvm_opt_level_t) == sizeof(gvm_opt_track_launches_t) &&
                        sizeof(gvm_opt_level_t) == sizeof(gvm_opt_host_prefill_t) &&
-                       sizeof(gvm_opt_level_t) == sizeof(gvm_opt_swap_in_t),
+                       sizeof(gvm_opt_level_t) == sizeof(gvm_opt_swap_in_t) &&
+                       sizeof(gvm_opt_level_t) == sizeof(gvm_opt_spill_host_map_t),
                    "enum options share one representation");
     memcpy(out, &e, sizeof e);
     return 0;

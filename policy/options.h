@@ -89,6 +89,13 @@
       "when other data must leave for them: host (all but those on a peer "    \
       "GPU joined by NVLink: read in place over it), all, or none (every "     \
       "kernel reads spilled data in place)")                                   \
+    X(spill_host_map, spill_host_map, "eager", live,                           \
+      "what a spill to host leaves at the allocation's addresses: its host "   \
+      "memory, mapped (eager: every pointer reaches it, and the mapping "      \
+      "costs about as much as the copy), or nothing until the program uses "   \
+      "it (lazy: a swap costs only its copies; a kernel reaching spilled "     \
+      "memory through a pointer that is not one of its arguments, such as "   \
+      "an address stored in device memory, faults)")                          \
     X(learn_loop, bool, "1", live,                                             \
       "once spilling, learn the program's loop from its launches and send "    \
       "out first what it needs furthest ahead (0: least recently used first)") \
@@ -114,7 +121,8 @@
     E(spill_mode, GVM_SPILL_MODE_VALUES)                                       \
     E(track_launches, GVM_TRACK_LAUNCHES_VALUES)                               \
     E(host_prefill, GVM_HOST_PREFILL_VALUES)                                   \
-    E(swap_in, GVM_SWAP_IN_VALUES)
+    E(swap_in, GVM_SWAP_IN_VALUES)                                             \
+    E(spill_host_map, GVM_SPILL_HOST_MAP_VALUES)
 
 /* Same order as enum gvm_log_level in core/log.h. */
 #define GVM_LEVEL_VALUES(V)                                                    \
@@ -132,6 +140,10 @@
 #define GVM_SPILL_MODE_VALUES(V)                                               \
     V(GVM_CFG_SPILL_EVICT, evict)                                              \
     V(GVM_CFG_SPILL_PLACE, place)
+
+#define GVM_SPILL_HOST_MAP_VALUES(V)                                           \
+    V(GVM_CFG_SPILL_HOST_MAP_EAGER, eager)                                     \
+    V(GVM_CFG_SPILL_HOST_MAP_LAZY, lazy)
 
 #define GVM_TRACK_LAUNCHES_VALUES(V)                                           \
     V(GVM_CFG_TRACK_AUTO, auto)                                                \

@@ -8,6 +8,7 @@
 #include "core/capture.h"
 #include "core/heap.h"
 #include "core/log.h"
+#include "core/move.h"
 #include "core/phys.h"
 #include "core/relocate.h"
 #include "core/topo.h"
@@ -40,12 +41,18 @@ static int pick_target(int device, size_t bytes)
     return GVM_LOC_NONE;
 }
 
+/* GVM_RELOC_SHELVE when spills to host leave their memory unmapped. */
+static unsigned lazy_flag(void)
+{
+    return gvm_policy_cfg()->spill_host_map == GVM_CFG_SPILL_HOST_MAP_LAZY ? GVM_RELOC_SHELVE : 0;
+}
+
 /* Every spill of a region goes through here: the first one starts the
  * learning of the program's loop (policy/recur.h). */
 static CUresult spill_to(struct gvm_region *r, int to, unsigned how)
 {
     gvm_recur_start();
-    return gvm_relocate(r, to, GVM_RELOC_SPILL | how);
+    return gvm_relocate(r, to, GVM_RELOC_SPILL | how | (to == GVM_LOC_HOST ? lazy_flag() : 0));
 }
 
 /* Sends one region away from its device `device`. True when it moved. */
@@ -210,7 +217,7 @@ static void swap_in(struct gvm_region *r, bool may_evict, struct gvm_region *con
     int to[rest ? rest : 1];
     int m = targets(&v, (size_t)first, device, out, to);
     CUresult rc;
-    gone += gvm_relocate_swap(r, device, out, to, m, &rc);
+    gone += gvm_relocate_swap(r, device, out, to, m, lazy_flag(), &rc);
     if (rc == CUDA_SUCCESS)
         gvm_debug("demand: brought %#lx (%zu bytes) back to device %d, %d region(s) out (%ld first); victims+wait "
                   "%.2f, first out %.2f, swap %.2f ms",
@@ -248,4 +255,28 @@ void gvm_policy_before_launch(struct gvm_region *const *used, int n)
         if (!GVM_LOAD(r->spilled_at) || GVM_LOAD(r->kind) == GVM_REGION_ALIAS) continue;
         swap_in(r, may_evict_for(cfg, r), used, n);
     }
+}
+
+/* ---- lazily spilled memory ------------------------------------------------ */
+
+void gvm_policy_map_spilled(void)
+{
+    if (!__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED)) return;
+    struct gvm_victims c = {0};
+    gvm_victims_unmapped(&c);
+    for (size_t i = 0; i < c.n; i++) gvm_relocate(c.v[i].r, GVM_LOC_HOST, GVM_RELOC_MAPPED);
+    gvm_victims_free(&c);
+}
+
+struct gvm_region *gvm_policy_use_mapped(struct gvm_region *r, uint64_t *tick)
+{
+    /* Announced, r cannot change; not announced, it may be spilled again
+     * before the next look: a few rounds, then the call goes ahead (and
+     * meets the driver's answer for unmapped memory). */
+    for (int tries = 0; tries < 4 && GVM_LOAD(r->shelf_spill); tries++) {
+        gvm_use_end(r);
+        gvm_relocate(r, GVM_LOC_HOST, GVM_RELOC_MAPPED);
+        gvm_use_region_in(r, tick);
+    }
+    return r;
 }

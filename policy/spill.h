@@ -6,6 +6,7 @@
 #include "core/cuda_api.h"
 #include "core/region.h"
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -28,5 +29,23 @@ CUresult gvm_spill_down_to(int device, size_t limit, size_t *moved);
  * option swap_in says so (by default, data on a peer GPU), only when they
  * fit without others leaving: else the kernel reads them in place. */
 void gvm_policy_before_launch(struct gvm_region *const *used, int n);
+
+/* Lazily spilled memory (spill_host_map=lazy) the program is about to
+ * reach: gvm_policy_use_mapped takes r, announced with *tick
+ * (gvm_use_region_in), and returns it announced with its memory mapped
+ * (its shelf mapped in place, on host, when it was lazily spilled).
+ * gvm_policy_map_spilled maps every lazily spilled region, for a call
+ * whose reach is unknown (a graph's launch, a launch whose arguments were
+ * not all scanned). Both cost one load while nothing is lazily spilled. */
+struct gvm_region *gvm_policy_use_mapped(struct gvm_region *r, uint64_t *tick);
+void gvm_policy_map_spilled(void);
+
+/* Whether announced r waits lazily spilled (a cheap test, one load while
+ * nothing is). */
+static inline bool gvm_policy_unmapped(const struct gvm_region *r)
+{
+    return __builtin_expect(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED) != 0, 0) &&
+           __atomic_load_n(&r->shelf_spill, __ATOMIC_RELAXED);
+}
 
 #endif

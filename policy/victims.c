@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-enum which { RESIDENT, SPILLED };
+enum which { RESIDENT, SPILLED, UNMAPPED };
 
 struct gather {
     enum which which;
@@ -18,8 +18,9 @@ struct gather {
 static bool qualifies(const struct gvm_region *r, const struct gather *g)
 {
     if (GVM_LOAD(r->state) != GVM_REGION_LIVE || r->kind == GVM_REGION_ALIAS) return false;
-    if (GVM_LOAD(r->home) != g->device) return false;
     unsigned flags = GVM_LOAD(r->flags);
+    if (g->which == UNMAPPED) return GVM_LOAD(r->shelf_spill);
+    if (GVM_LOAD(r->home) != g->device) return false;
     /* Where its memory is gets checked under its lock, by the move; a
      * spilled region is no victim: counting it would make room on paper
      * only, and the swap would then find the device still full. */
@@ -101,6 +102,8 @@ void gvm_victims_spilled(int device, struct gvm_victims *out)
     gather(SPILLED, device, out);
     if (!by_next_use(out, false)) reverse(out->v, out->n);
 }
+
+void gvm_victims_unmapped(struct gvm_victims *out) { gather(UNMAPPED, 0, out); }
 
 static bool kept(const struct gvm_region *r, struct gvm_region *const *keep, int n)
 {

@@ -33,6 +33,10 @@ void gvm_victims_resident(int device, struct gvm_victims *out);
  * first. */
 void gvm_victims_spilled(int device, struct gvm_victims *out);
 
+/* Lazily spilled regions (core/shelf.h), on every device, oldest use
+ * first. */
+void gvm_victims_unmapped(struct gvm_victims *out);
+
 /* Regions to send out of `device` so that `need` bytes come in, never one
  * of keep[0..nkeep). First those idle for longer than the incoming region
  * was (`since`, its last use: its reuse distance), oldest first: truly

@@ -74,6 +74,7 @@ static const struct layout *layout_of(void *fn)
 struct used {
     struct gvm_region *r[MAX_USED];
     int n;
+    bool partial;         /* the launch may reach regions not found: arguments not all scanned */
     int words;            /* argument words looked at */
     /* From the 9th word on: address-map pages (2 MiB; page + 1, 0: empty)
      * looked up for this launch, direct-mapped. A struct of pointers
@@ -96,7 +97,10 @@ static void note(struct used *u, uint64_t word)
     if (!r) return;
     for (int i = 0; i < u->n; i++)
         if (u->r[i] == r) return;
-    if (u->n == MAX_USED) return;
+    if (u->n == MAX_USED) {
+        u->partial = true;
+        return;
+    }
     u->r[u->n++] = r;
 }
 
@@ -113,30 +117,56 @@ static void scan_bytes(struct used *u, const unsigned char *p, size_t len)
 
 static void collect(struct used *u, void *fn, void **params, void **extra);
 
+/* Every lazily spilled region mapped (policy/spill.h), for a launch
+ * whose reach is not known whole. */
+static void map_spilled(void)
+{
+    if (!__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED)) return;
+    struct gvm_capture_guard g;
+    gvm_shim_relax(&g);
+    gvm_policy_map_spilled();
+    gvm_shim_capture_leave(&g);
+}
+
 /* Finds the regions the launch reaches, lets the policy bring spilled ones
  * back (before they are announced: a region in use cannot move), then
- * announces them for the launch call. */
+ * announces them for the launch call; lazily spilled ones still away get
+ * their memory mapped where it is. */
 static void scan(struct used *u, void *fn, void **params, void **extra)
 {
     collect(u, fn, params, extra);
+    if (u->partial) map_spilled();
     if (!u->n) return;
     gvm_policy_before_launch(u->r, u->n);
     gvm_use_regions(u->r, u->n);
+    for (int i = 0; i < u->n; i++) {
+        uint64_t tick = 0;
+        if (gvm_policy_unmapped(u->r[i])) u->r[i] = gvm_shim_use_mapped(u->r[i], &tick);
+    }
 }
 
 static void collect(struct used *u, void *fn, void **params, void **extra)
 {
     u->n = 0;
     u->words = 0;
+    u->partial = false;
+    if (!gvm_shim_active()) return;
     /* Linked programs reach these hooks directly: scan only when asked. */
-    if (!gvm_shim_active() || !gvm_shim_tracks_launches()) return;
+    if (!gvm_shim_tracks_launches()) {
+        u->partial = true;
+        return;
+    }
     gvm_stat_local_inc(launches_scanned);
     size_t budget = SCAN_LIMIT;
     if (params) {
         const struct layout *l = layout_of(fn);
-        if (!l || l->nparams < 0) return;
-        for (int i = 0; i < l->nparams && budget; i++) {
+        if (!l || l->nparams < 0) {
+            u->partial = true;
+            return;
+        }
+        for (int i = 0; i < l->nparams; i++) {
             size_t len = l->size[i] < budget ? l->size[i] : budget;
+            if (len < l->size[i]) u->partial = true;
             if (params[i]) scan_bytes(u, params[i], len);
             budget -= len;
         }
@@ -149,6 +179,7 @@ static void collect(struct used *u, void *fn, void **params, void **extra)
         if (e[0] == CU_LAUNCH_PARAM_BUFFER_POINTER) buf = e[1];
         if (e[0] == CU_LAUNCH_PARAM_BUFFER_SIZE && e[1]) len = *(size_t *)e[1];
     }
+    if (len > budget) u->partial = true;
     if (buf) scan_bytes(u, buf, len < budget ? len : budget);
 }
 
@@ -203,11 +234,13 @@ COOP_HOOK(cuLaunchCooperativeKernel)
 COOP_HOOK(cuLaunchCooperativeKernel_ptsz)
 
 /* A graph's kernels are not scanned; its launch waits while any region
- * is being moved, so a replay never races a remap. */
+ * is being moved, so a replay never races a remap, and finds lazily
+ * spilled memory mapped. */
 #define GRAPH_HOOK(fn)                                                         \
     GVM_EXPORT CUresult CUDAAPI fn(CUgraphExec g, CUstream s)                 \
     {                                                                          \
         gvm_hook_count(GVM_FN_##fn);                                           \
+        map_spilled();                                                         \
         gvm_move_gate_enter();                                                 \
         CUresult rc = GVM_REAL(fn)(g, s);                                        \
         gvm_move_gate_leave();                                                 \

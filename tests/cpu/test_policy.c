@@ -1317,6 +1317,203 @@ static void a_swap_skips_a_victim_in_use(void)
         if (i != 2) CHECK(intact(w[i], 4 * MiB, 100 + (uint32_t)i));
 }
 
+
+/* ---- spill_host_map=lazy ---------------------------------------------- */
+
+/* What a copy hook does with the memory it reaches (preload/shim.h): lazily
+ * spilled memory is mapped first. */
+static void use_mapped(uintptr_t p)
+{
+    uint64_t tick = 0;
+    struct gvm_region *r = gvm_use_begin(p);
+    if (r && gvm_policy_unmapped(r)) r = gvm_policy_use_mapped(r, &tick);
+    gvm_use_end(r);
+}
+
+/* Checks p's contents the way a program can: through a call that reaches
+ * it (lazily spilled memory is mapped for it). */
+static int intact_used(uintptr_t p, size_t n, uint32_t seed)
+{
+    use_mapped(p);
+    return simcuda_location_of(p) != SIMCUDA_LOC_UNMAPPED && intact(p, n, seed);
+}
+
+static const char *const lazy_kv[] = {"device_limit", "0:64M", "spill", "host", "spill_host_map", "lazy",
+                                      "promote_interval", "3600s", NULL};
+
+/* A lazy spill gives the device memory back and leaves the range unmapped;
+ * a launch brings the data back, a copy maps it where it is. */
+static void a_lazy_spill_leaves_the_range_unmapped(void)
+{
+    start_policy(lazy_kv);
+    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
+    fill(a, 24 * MiB, 1);
+    fill(b, 24 * MiB, 2);
+    touch(b);
+    uintptr_t c = palloc(24 * MiB);          /* a leaves */
+    fill(c, 24 * MiB, 3);
+    gvm_info info;
+    CHECK_EQ(gvm_query((void *)a, &info), GVM_OK);
+    CHECK_EQ(info.location, GVM_HOST);
+    CHECK_EQ(info.bytes_on_host, 24 * MiB);
+    CHECK_EQ(info.bytes_on_device, 0);
+    CHECK(!info.paused);
+    CHECK_EQ(simcuda_location_of(a), SIMCUDA_LOC_UNMAPPED);
+    CHECK(simcuda_phys_bytes(0) <= 64 * MiB);
+    CHECK_EQ(gvm_stats.spills, 1);
+    CHECK_EQ(gvm_stats.migrations_d2h, 1);   /* a move like any other, in the counters */
+    CHECK_EQ(gvm_stats.bytes_migrated, 24 * MiB);
+    touch(b);
+    struct gvm_region *used[2] = {gvm_heap_region(a), gvm_heap_region(c)};
+    gvm_policy_before_launch(used, 2);       /* a comes in, b leaves (lazily too) */
+    CHECK_EQ(simcuda_location_of(a), 0);
+    CHECK_EQ(where(b), GVM_HOST);
+    CHECK_EQ(simcuda_location_of(b), SIMCUDA_LOC_UNMAPPED);
+    CHECK(intact(a, 24 * MiB, 1) && intact(c, 24 * MiB, 3));
+    CHECK_EQ(gvm_stats.promotions, 1);
+    CHECK_EQ(gvm_stats.migrations_h2d, 1);
+    CHECK_EQ(gvm_stats.bytes_migrated, 72 * MiB);
+    CHECK(simcuda_phys_bytes(0) <= 64 * MiB);
+    /* A copy reaching b: mapped in place, on host, the device untouched. */
+    use_mapped(b);
+    CHECK_EQ(simcuda_location_of(b), SIMCUDA_LOC_HOST);
+    CHECK_EQ(where(b), GVM_HOST);
+    CHECK(intact(b, 24 * MiB, 2));
+    CHECK(simcuda_phys_bytes(0) <= 64 * MiB);
+    /* Spilled and mapped, it still comes back like any spilled data. */
+    struct gvm_region *rb = gvm_heap_region(b);
+    gvm_policy_before_launch(&rb, 1);
+    CHECK_EQ(where(b), 0);
+    CHECK(intact(b, 24 * MiB, 2));
+}
+
+/* A launch whose reach is not known (a graph, arguments not all scanned)
+ * finds every lazily spilled region mapped; paused memory stays off. */
+static void unknown_reach_maps_every_lazy_spill(void)
+{
+    start_policy(lazy_kv);
+    CHECK_EQ(gvm_tag_push("kv"), GVM_OK);
+    uintptr_t k = palloc(8 * MiB);
+    CHECK_EQ(gvm_tag_pop(), GVM_OK);
+    fill(k, 8 * MiB, 9);
+    CHECK_EQ(gvm_pause("kv", GVM_PAUSE_UNMAPPED), GVM_OK);
+    uintptr_t w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = palloc(24 * MiB);
+        fill(w[i], 24 * MiB, 20 + (uint32_t)i);
+        touch(w[i]);
+    }
+    CHECK_EQ(simcuda_location_of(w[0]), SIMCUDA_LOC_UNMAPPED);
+    gvm_policy_map_spilled();
+    for (int i = 0; i < 4; i++) CHECK(simcuda_location_of(w[i]) != SIMCUDA_LOC_UNMAPPED);
+    for (int i = 0; i < 4; i++) CHECK(intact(w[i], 24 * MiB, 20 + (uint32_t)i));
+    CHECK_EQ(simcuda_location_of(k), SIMCUDA_LOC_UNMAPPED);
+    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED), 0u);   /* the paused one is none */
+    CHECK_EQ(gvm_resume("kv"), GVM_OK);
+    CHECK(intact(k, 8 * MiB, 9));
+    CHECK(simcuda_phys_bytes(0) <= 64 * MiB);
+}
+
+/* Operations on a lazily spilled allocation: an alias shows its data (it
+ * is mapped first), a pause keeps or discards it, a free releases it. */
+static void operations_on_lazily_spilled_memory(void)
+{
+    start_policy(lazy_kv);
+    struct leaks base = leaks_now();
+    int64_t host0 = gvm_stats.resident[GVM_MAX_DEVICES];
+    uintptr_t x = palloc(24 * MiB);
+    CHECK_EQ(gvm_tag_push("t"), GVM_OK);
+    uintptr_t a = palloc(24 * MiB);
+    CHECK_EQ(gvm_tag_pop(), GVM_OK);
+    fill(x, 24 * MiB, 30);
+    fill(a, 24 * MiB, 31);
+    touch(a);
+    uintptr_t b = palloc(24 * MiB);          /* x leaves */
+    touch(b);
+    uintptr_t c = palloc(24 * MiB);          /* a leaves */
+    CHECK_EQ(simcuda_location_of(x), SIMCUDA_LOC_UNMAPPED);
+    CHECK_EQ(simcuda_location_of(a), SIMCUDA_LOC_UNMAPPED);
+    CHECK_EQ(gvm_stats.resident[GVM_MAX_DEVICES], host0 + (int64_t)(48 * MiB));
+    void *alias = NULL;
+    CHECK_EQ(gvm_alias((void *)x, &alias), GVM_OK);
+    CHECK(intact((uintptr_t)alias, 24 * MiB, 30) && intact(x, 24 * MiB, 30));
+    CHECK_EQ(gvm_unalias(alias), GVM_OK);
+    CHECK_EQ(gvm_pause("t", 0), GVM_OK);    /* keeps its copy readable: mapped */
+    CHECK_EQ(simcuda_location_of(a), SIMCUDA_LOC_HOST);
+    CHECK(intact(a, 24 * MiB, 31));
+    CHECK_EQ(gvm_stats.resident[GVM_MAX_DEVICES], host0 + (int64_t)(48 * MiB));
+    CHECK_EQ(gvm_policy_free(c), CUDA_SUCCESS);
+    CHECK_EQ(gvm_resume("t"), GVM_OK);
+    CHECK_EQ(where(a), 0);
+    CHECK(intact(a, 24 * MiB, 31));
+    CHECK_EQ(gvm_policy_free(x), CUDA_SUCCESS);
+    CHECK_EQ(gvm_policy_free(a), CUDA_SUCCESS);
+    CHECK_EQ(gvm_policy_free(b), CUDA_SUCCESS);
+    CHECK_EQ(gvm_stats.resident[GVM_MAX_DEVICES], host0);
+    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED), 0u);
+    CHECK_NO_LEAK(base);
+}
+
+/* A lazily spilled allocation freed: its host memory goes, nothing leaks. */
+static void freeing_lazily_spilled_memory_releases_it(void)
+{
+    start_policy(lazy_kv);
+    struct leaks base = leaks_now();
+    int64_t host0 = gvm_stats.resident[GVM_MAX_DEVICES];
+    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
+    touch(b);
+    uintptr_t c = palloc(24 * MiB);          /* a leaves */
+    CHECK_EQ(simcuda_location_of(a), SIMCUDA_LOC_UNMAPPED);
+    CHECK_EQ(gvm_policy_free(a), CUDA_SUCCESS);
+    CHECK_EQ(gvm_stats.resident[GVM_MAX_DEVICES], host0);
+    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED), 0u);
+    CHECK_EQ(gvm_policy_free(b), CUDA_SUCCESS);
+    CHECK_EQ(gvm_policy_free(c), CUDA_SUCCESS);
+    CHECK_NO_LEAK(base);
+}
+
+/* A driver call failing anywhere in a lazy two-way swap, or in mapping a
+ * lazily spilled region in place: no data lost, the limit held, nothing
+ * leaked. */
+static void failure_during_a_lazy_swap_keeps_data(void)
+{
+    gvm_log_set_level(GVM_LOG_ERROR);
+    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "spill_host_map", "lazy",
+                        "promote_interval", "3600s", NULL};
+    start_limited(kv);
+    struct leaks base = leaks_now();
+    for (unsigned long k = 1; k < 600; k++) {
+        uintptr_t w[6];
+        for (int i = 0; i < 6; i++) {
+            w[i] = palloc(4 * MiB);
+            fill(w[i], 4 * MiB, 80 + i);
+            touch(w[i]);
+        }
+        CHECK_EQ(simcuda_location_of(w[0]), SIMCUDA_LOC_UNMAPPED);
+        CHECK_EQ(simcuda_location_of(w[1]), SIMCUDA_LOC_UNMAPPED);
+        struct gvm_region *r = gvm_heap_region(w[0]);
+        unsigned long calls = simcuda_call_count();
+        simcuda_fail_nth(k, CUDA_ERROR_ILLEGAL_STATE);
+        gvm_policy_before_launch(&r, 1);
+        bool fired = simcuda_call_count() - calls >= k;
+        simcuda_fail_nth(0, CUDA_SUCCESS);
+        CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
+        if (!fired) CHECK(where(w[0]) == 0);   /* the whole swap ran */
+        /* Mapping one in place fails at call k too, then succeeds. */
+        calls = simcuda_call_count();
+        simcuda_fail_nth(k, CUDA_ERROR_ILLEGAL_STATE);
+        use_mapped(w[1]);
+        simcuda_fail_nth(0, CUDA_SUCCESS);
+        for (int i = 0; i < 6; i++) CHECK(intact_used(w[i], 4 * MiB, 80 + (uint32_t)i));
+        CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
+        for (int i = 0; i < 6; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
+        CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED), 0u);
+        CHECK_NO_LEAK(base);
+        if (!fired) return;
+    }
+    CHECK(0);
+}
+
 static const struct test_case cases[] = {
     TEST_ENTRY(evicts_the_least_recently_used)
     TEST_ENTRY(the_use_clock_orders_calls)
@@ -1359,6 +1556,11 @@ static const struct test_case cases[] = {
     TEST_ENTRY(failure_during_a_two_way_swap_keeps_data)
     TEST_ENTRY(a_raised_limit_lets_spilled_data_back)
     TEST_ENTRY(a_swap_skips_a_victim_in_use)
+    TEST_ENTRY(a_lazy_spill_leaves_the_range_unmapped)
+    TEST_ENTRY(unknown_reach_maps_every_lazy_spill)
+    TEST_ENTRY(operations_on_lazily_spilled_memory)
+    TEST_ENTRY(freeing_lazily_spilled_memory_releases_it)
+    TEST_ENTRY(failure_during_a_lazy_swap_keeps_data)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }

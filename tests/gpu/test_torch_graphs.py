@@ -9,6 +9,11 @@ outputs, natively and under the shim, and the same outputs in both.
                     device filled to the limit first, so the allocations of
                     the capture (the graph's private pool) spill while it
                     is open
+  graph_after_eviction
+                    a graph replayed after a large allocation sent its
+                    weights to host, under GVM_SPILL_HOST_MAP eager and
+                    lazy (spilled memory unmapped: the graph's launch maps
+                    it): outputs equal eager
   compile_reduce_overhead
                     torch.compile(mode="reduce-overhead") of a small model
                     (CUDA graphs under the hood): outputs equal eager
@@ -95,6 +100,48 @@ def child_graph(args):
     return res
 
 
+def child_graph_evict(args):
+    """A graph captured with its weights on the device, replayed after a
+    large allocation sent them (and the graph's pool) out: the replay
+    reaches them only through the graph, which the launch scan does not
+    see into."""
+    torch = gt.torch_or_skip()
+    import torch.nn as nn
+    dev = torch.device("cuda", 0)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(2048, 2048), nn.ReLU(), nn.Linear(2048, 2048), nn.ReLU(),
+                          nn.Linear(2048, 16)).to(dev).eval()   # 16 MiB weights: allocations of their own
+    gen = torch.Generator().manual_seed(3)
+    inputs = [torch.randn(256, 2048, generator=gen).to(dev) for _ in range(3)]
+    with torch.no_grad():
+        eager = [model(x).clone() for x in inputs]
+        static_x = torch.zeros(256, 2048, device=dev)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                model(static_x)
+        torch.cuda.current_stream().wait_stream(side)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            static_y = model(static_x)
+        torch.cuda.synchronize()
+        hog_sum = 1024.0
+        if args.get("hog"):   # under the shim's limit: more than the room left
+            free, _ = torch.cuda.mem_get_info()
+            hog = torch.ones(free // 4 + 64 * MiB // 4, dtype=torch.float32, device=dev)
+            hog_sum = float(hog[:1024].sum())
+        outs = []
+        for x in inputs:
+            static_x.copy_(x)
+            g.replay()
+            outs.append(static_y.clone())
+        torch.cuda.synchronize()
+    return {"same": all(torch.equal(a, b) for a, b in zip(eager, outs)),
+            "close": all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(eager, outs)),
+            "hog": hog_sum, "out": hexes(outs[-1])}
+
+
 def child_compile(args):
     torch = gt.torch_or_skip()
     dev = torch.device("cuda", 0)
@@ -117,7 +164,7 @@ def child_compile(args):
             "worst": worst, "out": hexes(outs[-1])}
 
 
-HANDLERS = {"graph": child_graph, "compile": child_compile}
+HANDLERS = {"graph": child_graph, "graph_evict": child_graph_evict, "compile": child_compile}
 
 
 def check_graph(r, label):
@@ -151,6 +198,23 @@ def case_graph_spill():
     gt.expect(st["spills"] > 0, "nothing spilled with the device filled to its limit")
 
 
+def case_graph_after_eviction():
+    native = gt.run_child(__file__, "graph_evict", {}, shim=False)
+    check_graph(native.result, "native")
+    for mode in ("eager", "lazy"):
+        shim = gt.run_child(__file__, "graph_evict", {"hog": True}, shim=True,
+                            label="graph after eviction (%s)" % mode,
+                            env={"GVM_DEVICE_LIMIT": LIMIT, "GVM_SPILL": "host", "GVM_SPILL_HOST_MAP": mode})
+        check_graph(shim.result, "shim, spill_host_map=" + mode)
+        gt.compare_series(native.result["out"], shim.result["out"], 1e-6,
+                          "graph outputs after eviction, native vs shim (%s)" % mode)
+        gt.expect(shim.result["hog"] == 1024.0, "the large allocation lost its contents (%s)" % mode)
+        st = shim.stats
+        print("  %s: spills %d, promotions %d, migrations_failed %d"
+              % (mode, st["spills"], st["promotions"], st["migrations_failed"]))
+        gt.expect(st["spills"] > 0, "nothing left the device for the large allocation (%s)" % mode)
+
+
 def case_compile():
     native = gt.run_child(__file__, "compile", {}, shim=False, timeout=500)
     shim = gt.run_child(__file__, "compile", {}, shim=True, timeout=500)
@@ -162,6 +226,7 @@ def case_compile():
 def main():
     return gt.suite_main("torch graphs", "torch", HANDLERS,
                          [("graph_capture", case_graph_capture), ("graph_spill", case_graph_spill),
+                          ("graph_after_eviction", case_graph_after_eviction),
                           ("compile_reduce_overhead", case_compile)])
 
 

@@ -8,6 +8,8 @@ through gvmshim) plus one transfer piece (block_size, 64 MiB); losses are
 bit for bit those of the native run.
 
   limit_host_1_25x, _1_5x, _2x   GVM_SPILL=host
+  limit_host_lazy_1_5x           GVM_SPILL=host, GVM_SPILL_HOST_MAP=lazy:
+                                 spilled memory left unmapped until used
   limit_peer_1_5x                (2 GPUs) GVM_SPILL=peer,host: GPU 0 holds
                                  its limit, GPU 1 takes what leaves
   limit_async_1_5x               PyTorch's cudaMallocAsync backend: its
@@ -141,6 +143,11 @@ def case_host(ratio):
     return lambda: limited_run(ratio, "host")
 
 
+def case_host_lazy():
+    got = limited_run(1.5, "host", extra={"GVM_SPILL_HOST_MAP": "lazy"})
+    gt.expect(got.stats["promotions"] > 0, "nothing came back from host")
+
+
 def case_peer():
     ref = native()
     if ref.result["device_count"] < 2:
@@ -192,7 +199,8 @@ def case_expandable():
 def main():
     return gt.suite_main("torch-limit", "torch", HANDLERS,
                          [("limit_host_1_25x", case_host(1.25)), ("limit_host_1_5x", case_host(1.5)),
-                          ("limit_host_2x", case_host(2.0)), ("limit_peer_1_5x", case_peer),
+                          ("limit_host_2x", case_host(2.0)), ("limit_host_lazy_1_5x", case_host_lazy),
+                          ("limit_peer_1_5x", case_peer),
                           ("limit_async_1_5x", case_async), ("limit_expandable", case_expandable)])
 
 
