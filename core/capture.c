@@ -1,5 +1,6 @@
 #include "core/capture.h"
 
+#include "core/driver.h"
 #include "core/settings.h"
 
 #include <pthread.h>
@@ -117,4 +118,16 @@ bool gvm_capture_forbids_unsafe(CUstreamCaptureMode thread_mode)
     }
     pthread_mutex_unlock(&capture_lock);
     return forbidden;
+}
+
+CUstreamCaptureMode gvm_capture_relax(void)
+{
+    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
+    if (gvm_drv.cuThreadExchangeStreamCaptureMode) DRV(cuThreadExchangeStreamCaptureMode, &m);
+    return m;
+}
+
+void gvm_capture_restore(CUstreamCaptureMode m)
+{
+    if (gvm_drv.cuThreadExchangeStreamCaptureMode) DRV(cuThreadExchangeStreamCaptureMode, &m);
 }

@@ -42,4 +42,12 @@ void gvm_capture_wait_end(int dev);
  * begun in global mode. */
 bool gvm_capture_forbids_unsafe(CUstreamCaptureMode thread_mode);
 
+/* gvmshim's own driver calls (pieces created and mapped, copies and waits
+ * on its streams) must not break a capture another thread runs in global
+ * mode, nor be refused because of it: relax puts this thread in relaxed
+ * mode and returns the mode to restore. Device-wide waits are another
+ * matter: no mode makes them legal while a capture is open. */
+CUstreamCaptureMode gvm_capture_relax(void);
+void gvm_capture_restore(CUstreamCaptureMode m);
+
 #endif

@@ -677,22 +677,6 @@ static void count_move(struct gvm_region *r, struct plan *p, int loc)
         gvm_stat_inc(migrations_d2d);
 }
 
-/* Our own driver calls (pieces created, copies and waits on our streams)
- * must not break a capture another thread runs in global mode, nor be
- * refused because of it. Device-wide waits are another matter: no mode
- * makes them legal while a capture is open (core/capture.h). */
-static CUstreamCaptureMode relax_capture(void)
-{
-    CUstreamCaptureMode m = CU_STREAM_CAPTURE_MODE_RELAXED;
-    if (gvm_drv.cuThreadExchangeStreamCaptureMode) DRV(cuThreadExchangeStreamCaptureMode, &m);
-    return m;
-}
-
-static void restore_capture(CUstreamCaptureMode m)
-{
-    if (gvm_drv.cuThreadExchangeStreamCaptureMode) DRV(cuThreadExchangeStreamCaptureMode, &m);
-}
-
 static double now_ms(void)
 {
     struct timespec t;
@@ -757,16 +741,16 @@ CUresult gvm_move_blocks(struct gvm_region *r, int loc, bool quiesce, const char
     if (gvm_capture_open(-1)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     struct mover m;
     double t0 = now_ms();
-    CUstreamCaptureMode mode = relax_capture();
+    CUstreamCaptureMode mode = gvm_capture_relax();
     if (mover_begin(&m, r, loc, why) != CUDA_SUCCESS || !m.p.ng) {
-        restore_capture(mode);
+        gvm_capture_restore(mode);
         return mover_finish(&m);
     }
     double t1 = now_ms();
     m.rc = quiesce ? gvm_topo_quiesce() : CUDA_SUCCESS;
     double t2 = now_ms();
     if (m.rc == CUDA_SUCCESS) pipeline(&m);
-    restore_capture(mode);
+    gvm_capture_restore(mode);
     gvm_debug("move of %#lx to %d: destinations %.2f ms, quiesce %.2f ms, copy+remap %.2f ms",
               (unsigned long)r->base, loc, t1 - t0, t2 - t1, now_ms() - t2);
     return mover_finish(&m);
@@ -809,7 +793,7 @@ void gvm_move_lanes(struct gvm_move_req *a, int na, struct gvm_move_req *b, int 
     for (int i = 0; i < na; i++) a[i].rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     for (int i = 0; i < nb; i++) b[i].rc = CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
     if (gvm_capture_open(-1)) return;
-    CUstreamCaptureMode mode = relax_capture();
+    CUstreamCaptureMode mode = gvm_capture_relax();
     struct mover ma, mb;
     int ia = 0, ib = 0;
     struct mover *pa = lane_next(&ma, a, na, &ia), *pb = lane_next(&mb, b, nb, &ib);
@@ -819,5 +803,5 @@ void gvm_move_lanes(struct gvm_move_req *a, int na, struct gvm_move_req *b, int 
         if (pa) pa = lane_settle(pa, a, na, &ia);
         if (pb) pb = lane_settle(pb, b, nb, &ib);
     }
-    restore_capture(mode);
+    gvm_capture_restore(mode);
 }

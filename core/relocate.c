@@ -1,5 +1,6 @@
 #include "core/relocate.h"
 
+#include "core/capture.h"
 #include "core/driver.h"
 #include "core/log.h"
 #include "core/move.h"
@@ -181,6 +182,7 @@ CUresult gvm_relocate_locked(struct gvm_region *r, int loc, unsigned how)
     if (!gvm_region_live(r) || GVM_LOAD(r->kind) == GVM_REGION_ALIAS) return CUDA_ERROR_NOT_FOUND;
     if (!allowed(r, loc, how)) return CUDA_ERROR_NOT_PERMITTED;
     gvm_move_enter(r);
+    CUstreamCaptureMode mode = gvm_capture_relax();
     CUresult rc;
     if (how & GVM_RELOC_PAUSE)
         rc = pause(r, loc, how);
@@ -194,6 +196,7 @@ CUresult gvm_relocate_locked(struct gvm_region *r, int loc, unsigned how)
         rc = counted(r, loc, gvm_shelf_put(r, how & GVM_RELOC_QUIESCED, true, reason(how)));
     else
         rc = move_to(r, loc, how);
+    gvm_capture_restore(mode);
     gvm_move_leave(r);
     if (rc == CUDA_SUCCESS) moved(r, loc, how);
     return rc;
@@ -284,9 +287,11 @@ int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const 
         if (!shelve[n - 1]) mapped[nm++] = req[n - 1];
     }
     struct lazy_half h = {.put = puts};
+    CUstreamCaptureMode mode = gvm_capture_relax();
     lazy_begin(&h, req, shelve, n, &back);
     gvm_move_lanes(mapped, nm, &back, h.taking ? 0 : 1);
     lazy_end(&h, req, shelve, n, &back);
+    gvm_capture_restore(mode);
     for (int i = 0, j = 0; i < n; i++)
         if (!shelve[i]) req[i].rc = mapped[j++].rc;
     int gone = 0;

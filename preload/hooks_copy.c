@@ -326,15 +326,6 @@ SET_SZ(cuMemsetD2D32Async,
        (CUdeviceptr dst, size_t pitch, unsigned int v, size_t w, size_t h, CUstream s),
        (dst, pitch, v, w, h, s), SPAN_2D(4))
 
-struct gvm_region *gvm_shim_use_mapped(struct gvm_region *r, uint64_t *tick)
-{
-    struct gvm_capture_guard g;
-    gvm_shim_relax(&g);
-    r = gvm_policy_use_mapped(r, tick);
-    gvm_shim_capture_leave(&g);
-    return r;
-}
-
 /* A host-side argument may be gvmshim memory living in host memory: the
  * driver's CPU side copies through it, so every block of [p, p+n) needs CPU
  * access before the call (a fault inside the driver would run the fault

@@ -117,17 +117,6 @@ static void scan_bytes(struct used *u, const unsigned char *p, size_t len)
 
 static void collect(struct used *u, void *fn, void **params, void **extra);
 
-/* Every lazily spilled region mapped (policy/spill.h), for a launch
- * whose reach is not known whole. */
-static void map_spilled(void)
-{
-    if (!__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED)) return;
-    struct gvm_capture_guard g;
-    gvm_shim_relax(&g);
-    gvm_policy_map_spilled();
-    gvm_shim_capture_leave(&g);
-}
-
 /* Finds the regions the launch reaches, lets the policy bring spilled ones
  * back (before they are announced: a region in use cannot move), then
  * announces them for the launch call; lazily spilled ones still away get
@@ -135,13 +124,13 @@ static void map_spilled(void)
 static void scan(struct used *u, void *fn, void **params, void **extra)
 {
     collect(u, fn, params, extra);
-    if (u->partial) map_spilled();
+    if (u->partial) gvm_policy_map_spilled();   /* its reach is not known whole */
     if (!u->n) return;
     gvm_policy_before_launch(u->r, u->n);
     gvm_use_regions(u->r, u->n);
     for (int i = 0; i < u->n; i++) {
         uint64_t tick = 0;
-        if (gvm_policy_unmapped(u->r[i])) u->r[i] = gvm_shim_use_mapped(u->r[i], &tick);
+        if (gvm_policy_unmapped(u->r[i])) u->r[i] = gvm_policy_use_mapped(u->r[i], &tick);
     }
 }
 
@@ -240,7 +229,7 @@ COOP_HOOK(cuLaunchCooperativeKernel_ptsz)
     GVM_EXPORT CUresult CUDAAPI fn(CUgraphExec g, CUstream s)                 \
     {                                                                          \
         gvm_hook_count(GVM_FN_##fn);                                           \
-        map_spilled();                                                         \
+        gvm_policy_map_spilled();                                              \
         gvm_move_gate_enter();                                                 \
         CUresult rc = GVM_REAL(fn)(g, s);                                        \
         gvm_move_gate_leave();                                                 \

@@ -70,10 +70,6 @@ static inline struct gvm_region *gvm_shim_use(uintptr_t p)
 }
 struct gvm_region *gvm_shim_use_host(const void *p, size_t n);
 
-/* Announced r, lazily spilled: mapped first (gvm_policy_use_mapped, in
- * relaxed capture mode: the maps are gvmshim's own calls). */
-struct gvm_region *gvm_shim_use_mapped(struct gvm_region *r, uint64_t *tick);
-
 /* gvm_shim_use for a call touching [p, p+n): sets *bad (and announces
  * nothing) when p is gvmshim's and the span leaves the live allocation
  * containing p, or p is in no live allocation. *tick is the call's use
@@ -92,7 +88,7 @@ static inline struct gvm_region *gvm_shim_use_span(uintptr_t p, size_t n, bool *
     }
     if (!r || r == held) return NULL;
     gvm_use_region_in(r, tick);
-    return gvm_policy_unmapped(r) ? gvm_shim_use_mapped(r, tick) : r;
+    return gvm_policy_unmapped(r) ? gvm_policy_use_mapped(r, tick) : r;
 }
 
 /* Whether the program enabled peer access from context `from` to `to`

@@ -1222,39 +1222,6 @@ static void failure_during_a_learned_step_keeps_data(void)
     CHECK_NO_LEAK(base);
 }
 
-/* A driver call failing anywhere in a two-way swap: every buffer keeps its
- * data, the device never holds more than its limit, nothing leaks. */
-static void failure_during_a_two_way_swap_keeps_data(void)
-{
-    gvm_log_set_level(GVM_LOG_ERROR);
-    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "promote_interval", "3600s", NULL};
-    start_limited(kv);
-    struct leaks base = leaks_now();
-    for (unsigned long k = 1; k < 600; k++) {
-        uintptr_t w[6];
-        for (int i = 0; i < 6; i++) {
-            w[i] = palloc(4 * MiB);
-            fill(w[i], 4 * MiB, 70 + i);
-            touch(w[i]);
-        }
-        CHECK_EQ(where(w[0]), GVM_HOST);
-        CHECK_EQ(where(w[1]), GVM_HOST);
-        struct gvm_region *r = gvm_heap_region(w[0]);
-        unsigned long calls = simcuda_call_count();
-        simcuda_fail_nth(k, CUDA_ERROR_ILLEGAL_STATE);
-        gvm_policy_before_launch(&r, 1);
-        bool fired = simcuda_call_count() - calls >= k;
-        simcuda_fail_nth(0, CUDA_SUCCESS);
-        CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
-        for (int i = 0; i < 6; i++) CHECK(intact(w[i], 4 * MiB, 70 + i));
-        if (!fired) CHECK(where(w[0]) == 0);   /* the whole swap ran */
-        for (int i = 0; i < 6; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
-        CHECK_NO_LEAK(base);
-        if (!fired) return;
-    }
-    CHECK(0);
-}
-
 /* Once the limit is raised (gvmctl set), launches that reach spilled data
  * bring it back without sending other data out: the device fills up to
  * what the job uses, not to the old limit. */
@@ -1472,25 +1439,26 @@ static void freeing_lazily_spilled_memory_releases_it(void)
     CHECK_NO_LEAK(base);
 }
 
-/* A driver call failing anywhere in a lazy two-way swap, or in mapping a
- * lazily spilled region in place: no data lost, the limit held, nothing
- * leaked. */
-static void failure_during_a_lazy_swap_keeps_data(void)
+/* A driver call failing anywhere in a two-way swap, and (lazy) in mapping a
+ * lazily spilled region in place: every buffer keeps its data, the device
+ * never holds more than its limit, nothing leaks. */
+static void two_way_swap_failures(bool lazy)
 {
     gvm_log_set_level(GVM_LOG_ERROR);
-    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "spill_host_map", "lazy",
-                        "promote_interval", "3600s", NULL};
+    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "promote_interval", "3600s",
+                        "spill_host_map", lazy ? "lazy" : "eager", NULL};
     start_limited(kv);
     struct leaks base = leaks_now();
     for (unsigned long k = 1; k < 600; k++) {
         uintptr_t w[6];
         for (int i = 0; i < 6; i++) {
             w[i] = palloc(4 * MiB);
-            fill(w[i], 4 * MiB, 80 + i);
+            fill(w[i], 4 * MiB, 70 + i);
             touch(w[i]);
         }
-        CHECK_EQ(simcuda_location_of(w[0]), SIMCUDA_LOC_UNMAPPED);
-        CHECK_EQ(simcuda_location_of(w[1]), SIMCUDA_LOC_UNMAPPED);
+        CHECK_EQ(where(w[0]), GVM_HOST);
+        CHECK_EQ(where(w[1]), GVM_HOST);
+        if (lazy) CHECK_EQ(simcuda_location_of(w[0]), SIMCUDA_LOC_UNMAPPED);
         struct gvm_region *r = gvm_heap_region(w[0]);
         unsigned long calls = simcuda_call_count();
         simcuda_fail_nth(k, CUDA_ERROR_ILLEGAL_STATE);
@@ -1499,12 +1467,10 @@ static void failure_during_a_lazy_swap_keeps_data(void)
         simcuda_fail_nth(0, CUDA_SUCCESS);
         CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
         if (!fired) CHECK(where(w[0]) == 0);   /* the whole swap ran */
-        /* Mapping one in place fails at call k too, then succeeds. */
-        calls = simcuda_call_count();
         simcuda_fail_nth(k, CUDA_ERROR_ILLEGAL_STATE);
-        use_mapped(w[1]);
+        use_mapped(w[1]);   /* lazy: mapping it in place fails at call k, then succeeds */
         simcuda_fail_nth(0, CUDA_SUCCESS);
-        for (int i = 0; i < 6; i++) CHECK(intact_used(w[i], 4 * MiB, 80 + (uint32_t)i));
+        for (int i = 0; i < 6; i++) CHECK(intact_used(w[i], 4 * MiB, 70 + (uint32_t)i));
         CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
         for (int i = 0; i < 6; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
         CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED), 0u);
@@ -1513,6 +1479,9 @@ static void failure_during_a_lazy_swap_keeps_data(void)
     }
     CHECK(0);
 }
+
+static void failure_during_a_two_way_swap_keeps_data(void) { two_way_swap_failures(false); }
+static void failure_during_a_lazy_swap_keeps_data(void) { two_way_swap_failures(true); }
 
 static const struct test_case cases[] = {
     TEST_ENTRY(evicts_the_least_recently_used)

@@ -43,6 +43,16 @@ def hexes(t, n=64):
     return [float(v).hex() for v in t.flatten()[:n].tolist()]
 
 
+def warm_up(torch, model, static_x):
+    """PyTorch's recipe before a capture: a few iterations on a side stream."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            model(static_x)
+    torch.cuda.current_stream().wait_stream(side)
+
+
 def child_graph(args):
     torch = gt.torch_or_skip()
     dev = torch.device("cuda", 0)
@@ -53,12 +63,7 @@ def child_graph(args):
     with torch.no_grad():
         eager = [model(x).clone() for x in inputs]
         static_x = torch.zeros(128, 256, device=dev)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                model(static_x)
-        torch.cuda.current_stream().wait_stream(side)
+        warm_up(torch, model, static_x)
         if args.get("fill_to_limit"):
             # Under a device limit cuMemGetInfo tells the room left: take it
             # all, so the graph's private pool must spill during the capture.
@@ -116,12 +121,7 @@ def child_graph_evict(args):
     with torch.no_grad():
         eager = [model(x).clone() for x in inputs]
         static_x = torch.zeros(256, 2048, device=dev)
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                model(static_x)
-        torch.cuda.current_stream().wait_stream(side)
+        warm_up(torch, model, static_x)
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g):
             static_y = model(static_x)
