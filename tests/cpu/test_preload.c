@@ -8,6 +8,7 @@
 #include "core/cuda_api.h"
 #include "gvmshim.h"
 #include "harness.h"
+#include "simcuda.h"   /* its constants; its functions are reached through sim_fn */
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -699,6 +700,59 @@ static int struct_scan_workload(void)
     return 0;
 }
 
+/* GVM_SPILL_HOST_MAP=lazy through the hooks: spilled memory is unmapped
+ * (a "kernel" reading it would fault), and whatever reaches it finds it
+ * mapped: a launch naming it brings it back, a copy maps it in place, a
+ * launch whose arguments cannot be scanned maps every lazy spill first. */
+static unsigned first_word;
+
+static void read_first(void **params) { first_word = *(const unsigned *)(uintptr_t)*(CUdeviceptr *)params[0]; }
+
+static int lazy_workload(void)
+{
+    start();
+    void *(*make)(void (*)(void **), unsigned, const size_t *) = sim_fn("simcuda_function");
+    int (*location_of)(CUdeviceptr) = (int (*)(CUdeviceptr))sim_fn("simcuda_location_of");
+    size_t size = 8;
+    CUfunction k = (CUfunction)make(read_first, 1, &size);
+    CUfunction blind = (CUfunction)make(read_first, 0, NULL);   /* no layout: its reach is unknown */
+    RES(cuLaunchKernel, "cuLaunchKernel", 4000, 0);
+    CUdeviceptr p[4];
+    const unsigned pattern[4] = {0x11111111u, 0x22222222u, 0x33333333u, 0x44444444u};
+    void *params[] = {&p[0]};
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ(D(cuMemAlloc_v2, &p[i], 24 * MiB), CUDA_SUCCESS);   /* the third and fourth go over 64M */
+        CHECK_EQ(D(cuMemsetD32_v2, p[i], pattern[i], 6 * MiB), CUDA_SUCCESS);
+        params[0] = &p[i];
+        CHECK_EQ(cuLaunchKernel_p(k, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL), CUDA_SUCCESS);
+        CHECK_EQ(first_word, pattern[i]);
+    }
+    CHECK_EQ(location_of(p[0]), SIMCUDA_LOC_UNMAPPED);
+    CHECK_EQ(location_of(p[1]), SIMCUDA_LOC_UNMAPPED);
+    /* A kernel naming it: it comes back (another leaves, unmapped too). */
+    params[0] = &p[0];
+    CHECK_EQ(cuLaunchKernel_p(k, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL), CUDA_SUCCESS);
+    CHECK_EQ(first_word, pattern[0]);
+    CHECK_EQ(location_of(p[0]), 0);
+    /* A copy from it: mapped in place, on host. */
+    unsigned w = 0;
+    CHECK_EQ(D(cuMemcpyDtoH_v2, &w, p[1] + 24 * MiB - 4, 4), CUDA_SUCCESS);
+    CHECK_EQ(w, pattern[1]);
+    CHECK_EQ(location_of(p[1]), SIMCUDA_LOC_HOST);
+    int unmapped = 0;
+    for (int i = 0; i < 4; i++) unmapped += location_of(p[i]) == SIMCUDA_LOC_UNMAPPED;
+    CHECK(unmapped >= 1);
+    /* A launch whose arguments cannot be scanned: every lazy spill mapped. */
+    params[0] = &p[0];
+    CHECK_EQ(cuLaunchKernel_p(blind, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL), CUDA_SUCCESS);
+    for (int i = 0; i < 4; i++) {
+        CHECK(location_of(p[i]) != SIMCUDA_LOC_UNMAPPED);
+        CHECK_EQ(*(const unsigned *)(uintptr_t)(p[i] + 12 * MiB), pattern[i]);
+    }
+    for (int i = 0; i < 4; i++) CHECK_EQ(D(cuMemFree_v2, p[i]), CUDA_SUCCESS);
+    return 0;
+}
+
 static int untracked_workload(void)
 {
     open_driver();
@@ -881,6 +935,13 @@ static void launches_are_scanned_when_spilling(void)
     CHECK_EQ(run_self("tracking", "GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", NULL, 0), 0);
     CHECK_EQ(run_self("untracked", "GVM_TRACK_LAUNCHES=off", "GVM_SPILL=host", NULL, 0), 0);
     CHECK_EQ(run_self("struct-scan", "GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", NULL, 0), 0);
+}
+
+static void lazy_spills_are_mapped_for_what_reaches_them(void)
+{
+    const char *envs[] = {"GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", "GVM_SPILL_HOST_MAP=lazy",
+                          "GVM_PROMOTE_INTERVAL=3600s", NULL};
+    CHECK_EQ(run_self_envs("lazy", envs, NULL, 0), 0);
 }
 
 static void stats_json_is_written_at_exit(void)
@@ -1224,6 +1285,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(copies_during_migrations_lose_nothing)
     TEST_ENTRY(first_allocations_from_many_threads)
     TEST_ENTRY(launches_are_scanned_when_spilling)
+    TEST_ENTRY(lazy_spills_are_mapped_for_what_reaches_them)
     TEST_ENTRY(programs_own_device_memory_counts_under_the_limit)
     TEST_ENTRY(stream_ordered_memory_counts_and_spills)
     TEST_ENTRY(stats_json_is_written_at_exit)
@@ -1245,6 +1307,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "tracking")) exit(tracking_workload());
         if (!strcmp(argv[2], "untracked")) exit(untracked_workload());
         if (!strcmp(argv[2], "struct-scan")) exit(struct_scan_workload());
+        if (!strcmp(argv[2], "lazy")) exit(lazy_workload());
         if (!strcmp(argv[2], "host-copies")) exit(host_side_copies_workload());
         if (!strcmp(argv[2], "late-handler")) exit(late_handler_workload());
         if (!strcmp(argv[2], "fork")) exit(fork_workload());
