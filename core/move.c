@@ -665,16 +665,22 @@ static void commit(struct gvm_region *r, struct plan *p)
     }
 }
 
-static void count_move(struct gvm_region *r, struct plan *p, int loc)
+void gvm_move_count(size_t bytes, int from, int to)
 {
-    int from = r->blocks[p->g[0].b0].phys->loc;
-    for (int k = 0; k < p->ng; k++) gvm_stat_add(bytes_migrated, p->g[k].len);
-    if (loc == GVM_LOC_HOST)
+    gvm_stat_add(bytes_migrated, bytes);
+    if (to == GVM_LOC_HOST)
         gvm_stat_inc(migrations_d2h);
     else if (from == GVM_LOC_HOST)
         gvm_stat_inc(migrations_h2d);
     else
         gvm_stat_inc(migrations_d2d);
+}
+
+static void count_move(struct gvm_region *r, struct plan *p, int loc)
+{
+    size_t bytes = 0;
+    for (int k = 0; k < p->ng; k++) bytes += p->g[k].len;
+    gvm_move_count(bytes, r->blocks[p->g[0].b0].phys->loc, loc);
 }
 
 static double now_ms(void)

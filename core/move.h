@@ -54,6 +54,10 @@ bool gvm_move_making_room(void);
  * (as a move does when its destinations do not fit); the bytes freed. */
 size_t gvm_move_make_room(int loc);
 
+/* Counts a move of `bytes` from `from` to `to` (bytes_migrated and the
+ * migration counter of its direction). */
+void gvm_move_count(size_t bytes, int from, int to);
+
 /* Marks r as being moved and waits out announced calls. */
 void gvm_move_enter(struct gvm_region *r);
 void gvm_move_leave(struct gvm_region *r);

@@ -40,12 +40,7 @@ static bool shelvable(const struct gvm_region *r, int loc, unsigned how)
  * moves nothing). */
 static CUresult counted(struct gvm_region *r, int to, CUresult rc)
 {
-    if (rc != CUDA_SUCCESS) return rc;
-    gvm_stat_add(bytes_migrated, r->mapped);
-    if (to == GVM_LOC_HOST)
-        gvm_stat_inc(migrations_d2h);
-    else
-        gvm_stat_inc(migrations_h2d);
+    if (rc == CUDA_SUCCESS) gvm_move_count(r->mapped, to == GVM_LOC_HOST ? r->home : GVM_LOC_HOST, to);
     return rc;
 }
 
@@ -181,6 +176,8 @@ CUresult gvm_relocate_locked(struct gvm_region *r, int loc, unsigned how)
     /* Acquire: a reused record may have become live again under another owner. */
     if (!gvm_region_live(r) || GVM_LOAD(r->kind) == GVM_REGION_ALIAS) return CUDA_ERROR_NOT_FOUND;
     if (!allowed(r, loc, how)) return CUDA_ERROR_NOT_PERMITTED;
+    /* Mapped already: nothing to do, and no wait for the calls using it. */
+    if ((how & GVM_RELOC_MAPPED) && !lazy(r)) return CUDA_SUCCESS;
     gvm_move_enter(r);
     CUstreamCaptureMode mode = gvm_capture_relax();
     CUresult rc;
@@ -190,8 +187,6 @@ CUresult gvm_relocate_locked(struct gvm_region *r, int loc, unsigned how)
         rc = resume(r, how);
     else if (lazy(r))
         rc = unshelve(r, how & GVM_RELOC_MAPPED ? GVM_LOC_HOST : loc, how);
-    else if (how & GVM_RELOC_MAPPED)
-        rc = CUDA_SUCCESS;
     else if (shelvable(r, loc, how))
         rc = counted(r, loc, gvm_shelf_put(r, how & GVM_RELOC_QUIESCED, true, reason(how)));
     else

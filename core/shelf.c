@@ -289,24 +289,25 @@ CUresult gvm_shelf_map_in_place(struct gvm_region *r)
     int nb = r->nblocks;
     int *first = rc == CUDA_SUCCESS ? calloc((size_t)nb + 1, sizeof *first) : NULL;
     bool *placed = rc == CUDA_SUCCESS ? calloc((size_t)nb + 1, sizeof *placed) : NULL;
-    if (rc == CUDA_SUCCESS && (!first || !placed)) rc = CUDA_ERROR_OUT_OF_MEMORY;
+    bool *taken = rc == CUDA_SUCCESS ? calloc((size_t)r->nshelf + 1, sizeof *taken) : NULL;
+    if (rc == CUDA_SUCCESS && (!first || !placed || !taken)) rc = CUDA_ERROR_OUT_OF_MEMORY;
     if (rc == CUDA_SUCCESS) shelf_starts(r, first);
     for (int i = 0; rc == CUDA_SUCCESS && i < nb; i++) {
         if (r->blocks[i].phys || first[i + 1] - first[i] != 1) continue;
         if ((rc = gvm_region_map_block(r, i, r->shelf[first[i]])) == CUDA_SUCCESS) placed[i] = true;
     }
     if (rc == CUDA_SUCCESS) {
-        /* Pieces of blocks cut off since (a shrink) are not mapped: back to the pool. */
-        for (int k = 0; k < r->nshelf; k++) {
-            bool mapped = false;
-            for (int i = 0; i < nb && !mapped; i++) mapped = placed[i] && r->blocks[i].phys == r->shelf[k];
-            if (!mapped) gvm_phys_put(r->shelf[k]);
-        }
+        /* Pieces no block took (a shrink cut theirs off) go back to the pool. */
+        for (int i = 0; i < nb; i++)
+            if (placed[i]) taken[first[i]] = true;
+        for (int k = 0; k < r->nshelf; k++)
+            if (!taken[k]) gvm_phys_put(r->shelf[k]);
         gvm_region_release_shelf(r);
     } else if (placed) {
         unmap_placed(r, placed);
     }
     free(first);
     free(placed);
+    free(taken);
     return rc;
 }

@@ -128,7 +128,7 @@ static void scan(struct used *u, void *fn, void **params, void **extra)
     if (!u->n) return;
     gvm_policy_before_launch(u->r, u->n);
     gvm_use_regions(u->r, u->n);
-    for (int i = 0; i < u->n; i++) {
+    for (int i = 0; __atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED) && i < u->n; i++) {
         uint64_t tick = 0;
         if (gvm_policy_unmapped(u->r[i])) u->r[i] = gvm_policy_use_mapped(u->r[i], &tick);
     }
