@@ -128,9 +128,10 @@ static void scan(struct used *u, void *fn, void **params, void **extra)
     if (!u->n) return;
     gvm_policy_before_launch(u->r, u->n);
     gvm_use_regions(u->r, u->n);
-    for (int i = 0; __atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED) && i < u->n; i++) {
+    if (!__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED)) return;
+    for (int i = 0; i < u->n; i++) {
         uint64_t tick = 0;
-        if (gvm_policy_unmapped(u->r[i])) u->r[i] = gvm_policy_use_mapped(u->r[i], &tick);
+        if (GVM_LOAD(u->r[i]->shelf_spill)) u->r[i] = gvm_policy_use_mapped(u->r[i], &tick);
     }
 }
 
