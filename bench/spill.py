@@ -12,6 +12,8 @@ weight (loss = sum of (x @ W)^2 means), backward, torch.optim.Adam (its
 default implementation); the working set then counts each weight four
 times (the weight, its gradient, Adam's two moments), and the managed-
 memory comparison is not run (it needs PyTorch's allocator replaced).
+--workload train-fused: the same step with Adam(fused=True), one pass over
+each weight's four tensors instead of the default's several sweeps.
 Reported per working set:
   step ms          median of --steps timed steps after --warmup steps
   x fits           step / the native step of the same working set
@@ -40,7 +42,7 @@ Exit 77 without torch or a GPU.
     bench/spill.py --lib build/preload/libgvmshim.so [--limit 4G]
                    [--ratios 0.8,1.25,1.5,2] [--no-peer] [--no-managed]
                    [--no-diff] [--no-trace] [--no-lazy] [--deadline 240] [--shim-env GVM_X=V]
-                   [--workload read|train]
+                   [--workload read|train|train-fused]
 """
 import argparse
 import ctypes
@@ -158,10 +160,12 @@ def run_working_set(torch, ws_bytes, tensor_bytes, steps, warmup, managed):
     return res
 
 
-def run_training_set(torch, ws_bytes, tensor_bytes, steps, warmup, managed):
+def run_training_set(torch, ws_bytes, tensor_bytes, steps, warmup, managed, fused=False):
     """Training steps: forward through every weight, backward, Adam. The
     working set counts each weight four times: the weight, its gradient and
-    Adam's two moments (created by the first step, a warm-up step)."""
+    Adam's two moments (created by the first step, a warm-up step). fused:
+    Adam(fused=True), one pass over each weight's four tensors where the
+    default (foreach) implementation sweeps the moments several times."""
     if managed:
         raise RuntimeError("not run for the training step (it needs PyTorch's allocator replaced)")
     dev = torch.device("cuda", 0)
@@ -176,7 +180,7 @@ def run_training_set(torch, ws_bytes, tensor_bytes, steps, warmup, managed):
         w = torch.empty(rows, COLS, device=dev)
         w.uniform_(-0.01, 0.01, generator=g)
         params.append(torch.nn.Parameter(w))
-    opt = torch.optim.Adam(params, lr=1e-4)
+    opt = torch.optim.Adam(params, lr=1e-4, fused=True) if fused else torch.optim.Adam(params, lr=1e-4)
     torch.cuda.synchronize()
     setup_s = time.time() - t0
     times, loss_v = [], None
@@ -253,8 +257,12 @@ def child(args):
                 res["runs"].append({"ws_request": ws, "skipped": "%d MiB free on the GPU" % (free // MiB)})
                 continue
         try:
-            run = run_training_set if args.get("train") else run_working_set
-            r = run(torch, ws, args["tensor_bytes"], args["steps"], args["warmup"], args.get("managed", False))
+            if args.get("train"):
+                r = run_training_set(torch, ws, args["tensor_bytes"], args["steps"], args["warmup"],
+                                     args.get("managed", False), fused=args.get("fused", False))
+            else:
+                r = run_working_set(torch, ws, args["tensor_bytes"], args["steps"], args["warmup"],
+                                    args.get("managed", False))
         except RuntimeError as e:
             if not args.get("managed"):
                 raise
@@ -403,8 +411,9 @@ def main():
     ap.add_argument("--no-trace", action="store_true", help="skip the run with GVM_TRACE set")
     ap.add_argument("--no-lazy", action="store_true", help="skip GVM_SPILL=host with GVM_SPILL_HOST_MAP=lazy")
     ap.add_argument("--deadline", type=int, default=240, help="start no run after this many seconds [240]")
-    ap.add_argument("--workload", choices=["read", "train"], default="read",
-                    help="read: every weight read once a step; train: forward, backward, Adam [read]")
+    ap.add_argument("--workload", choices=["read", "train", "train-fused"], default="read",
+                    help="read: every weight read once a step; train: forward, backward, Adam; "
+                         "train-fused: the same with Adam(fused=True) [read]")
     ap.add_argument("--shim-env", action="append", default=[], metavar="GVM_X=V",
                     help="one more setting for every shim run (repeatable), to try options")
     o = ap.parse_args()
@@ -428,8 +437,9 @@ def main():
         return 2
     par = Parent(o)
     ws_list = [int(r * limit) for r in ratios]
-    base = {"tensor_bytes": tensor_bytes, "steps": o.steps, "warmup": o.warmup, "train": o.workload == "train"}
-    if o.workload == "train" and o.warmup < 1:
+    base = {"tensor_bytes": tensor_bytes, "steps": o.steps, "warmup": o.warmup,
+            "train": o.workload.startswith("train"), "fused": o.workload == "train-fused"}
+    if o.workload.startswith("train") and o.warmup < 1:
         ap.error("--workload train needs --warmup >= 1 (the first step creates Adam's state)")
 
     native, _ = par.run("native (fits)", dict(base, ws=ws_list, links=True, check_free=True))
