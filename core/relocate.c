@@ -265,6 +265,7 @@ int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const 
 {
     const unsigned in_how = GVM_RELOC_PROMOTE | GVM_RELOC_QUIESCED,
                    out_how = GVM_RELOC_SPILL | GVM_RELOC_QUIESCED | (out_flags & GVM_RELOC_SHELVE);
+    const bool waited = out_flags & GVM_RELOC_QUIESCED;
     *in_rc = CUDA_ERROR_NOT_PERMITTED;
     if (!take(in, home, in_how, false)) return 0;
     struct gvm_move_req req[nout > 0 ? nout : 1], mapped[nout > 0 ? nout : 1],
@@ -282,6 +283,16 @@ int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const 
         if (!shelve[n - 1]) mapped[nm++] = req[n - 1];
     }
     struct lazy_half h = {.put = puts};
+    /* Waited for only now that every region is taken: a launch reaching
+     * one of them is then either queued already (the wait covers it) or
+     * waits for the swap (core/move.h). */
+    CUresult rc = waited ? CUDA_SUCCESS : gvm_topo_quiesce();
+    if (rc != CUDA_SUCCESS) {
+        for (int i = 0; i < n; i++) give_back(req[i].r, req[i].loc, out_how, rc);
+        give_back(in, home, in_how, rc);
+        *in_rc = rc;
+        return 0;
+    }
     CUstreamCaptureMode mode = gvm_capture_relax();
     lazy_begin(&h, req, shelve, n, &back);
     gvm_move_lanes(mapped, nm, &back, h.taking ? 0 : 1);

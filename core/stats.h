@@ -29,6 +29,7 @@
     X(spilled_bytes, "bytes moved off their device by the policy")             \
     X(promotions, "spilled allocations brought back")                          \
     X(promoted_bytes, "bytes brought back by promotion")                       \
+    X(prefetches, "spilled allocations swapped in ahead of use (prefetch)")    \
     X(pauses, "allocations paused")                                            \
     X(resumes, "allocations resumed")                                          \
     X(aliases, "aliases created")                                              \

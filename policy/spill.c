@@ -13,6 +13,7 @@
 #include "core/relocate.h"
 #include "core/topo.h"
 #include "policy/policy.h"
+#include "policy/prefetch.h"
 #include "policy/recur.h"
 #include "policy/victims.h"
 
@@ -217,7 +218,7 @@ static void swap_in(struct gvm_region *r, bool may_evict, struct gvm_region *con
     int to[rest ? rest : 1];
     int m = targets(&v, (size_t)first, device, out, to);
     CUresult rc;
-    gone += gvm_relocate_swap(r, device, out, to, m, lazy_flag(), &rc);
+    gone += gvm_relocate_swap(r, device, out, to, m, lazy_flag() | GVM_RELOC_QUIESCED, &rc);
     if (rc == CUDA_SUCCESS)
         gvm_debug("demand: brought %#lx (%zu bytes) back to device %d, %d region(s) out (%ld first); victims+wait "
                   "%.2f, first out %.2f, swap %.2f ms",
@@ -250,12 +251,15 @@ void gvm_policy_before_launch(struct gvm_region *const *used, int n)
     /* A launch being captured runs at replay: no swap now (it would wait). */
     if (gvm_capture_open(-1)) return;
     if (cfg->learn_loop) gvm_recur_launch(used, n);
+    gvm_prefetch_wait(used, n);
     for (int i = 0; i < n; i++) {
         struct gvm_region *r = used[i];
         if (!GVM_LOAD(r->spilled_at) || GVM_LOAD(r->kind) == GVM_REGION_ALIAS) continue;
         swap_in(r, may_evict_for(cfg, r), used, n);
     }
 }
+
+void gvm_policy_after_launch(struct gvm_region *const *used, int n) { gvm_prefetch_after(used, n); }
 
 /* ---- lazily spilled memory ------------------------------------------------ */
 

@@ -176,6 +176,7 @@ static void collect(struct used *u, void *fn, void **params, void **extra)
 static void release(struct used *u)
 {
     for (int i = 0; i < u->n; i++) gvm_use_end(u->r[i]);
+    if (u->n) gvm_policy_after_launch(u->r, u->n);
 }
 
 #define LAUNCH_HOOK(fn)                                                        \

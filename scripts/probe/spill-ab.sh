@@ -1,12 +1,19 @@
 #!/bin/sh
 # A/B of shim settings on the spill loop (bench/spill.py's child, 1.5x a
 # 4G limit), alternating so machine drift hits every setting alike.
-#   scripts/probe/spill-ab.sh LIB ROUNDS "ENV_A" "ENV_B" ...
+#   [WS=bytes] [TRAIN=1|fused] scripts/probe/spill-ab.sh LIB ROUNDS "ENV_A" "ENV_B" ...
 # Prints each run's median step (ms) and, per setting, the median of those.
 set -u
 lib=$1 rounds=$2
 shift 2
-args='{"tensor_bytes": 134217728, "steps": 5, "warmup": 2, "ws": [6442450944]}'
+# WS: the working set in bytes (default 6 GiB: 1.5x the 4G limit); TRAIN=1
+# (or fused): the training step instead of the read loop.
+case "${TRAIN:-}" in
+    "") step='' ;;
+    fused) step=', "train": true, "fused": true' ;;
+    *) step=', "train": true' ;;
+esac
+args="{\"tensor_bytes\": 134217728, \"steps\": 5, \"warmup\": 2, \"ws\": [${WS:-6442450944}]$step}"
 for r in $(seq "$rounds"); do
     for setting in "$@"; do
         ms=$(env LD_PRELOAD="$lib" GVM_DEVICE_LIMIT=4G GVM_SPILL=host $setting \

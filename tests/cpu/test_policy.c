@@ -13,6 +13,7 @@
 #include "policy/live.h"
 #include "policy/place.h"
 #include "policy/policy.h"
+#include "policy/prefetch.h"
 #include "policy/settings.h"
 #include "policy/spill.h"
 #include "policy/tags.h"
@@ -1483,6 +1484,127 @@ static void two_way_swap_failures(bool lazy)
 static void failure_during_a_two_way_swap_keeps_data(void) { two_way_swap_failures(false); }
 static void failure_during_a_lazy_swap_keeps_data(void) { two_way_swap_failures(true); }
 
+/* ---- prefetch ------------------------------------------------------------- */
+
+static const char *const prefetch_kv[] = {"device_limit", "0:16M", "spill", "host", "spill_host_map", "lazy",
+                                          "prefetch", "1", "promote_interval", "3600s", NULL};
+
+/* One launch on w[i] as the launch hook makes it: the policy first, then
+ * the region announced (where it is then is where the kernel reads it:
+ * returned), then the policy after the launch; the prefetch thread's swap
+ * is let finish, so what it did is seen before the next launch (a program
+ * does not wait). */
+static int sweep_launch(const uintptr_t *w, int i)
+{
+    struct gvm_region *r = gvm_heap_region(w[i]);
+    gvm_policy_before_launch(&r, 1);
+    touch(w[i]);
+    int at = simcuda_location_of(w[i]);
+    gvm_policy_after_launch(&r, 1);
+    gvm_prefetch_drain();
+    return at;
+}
+
+/* A sweep over twice what fits: once the loop is learned, after each
+ * launch the thread swaps in the buffer the sweep needs next, so every
+ * launch finds its buffer on the device; the data survives and the device
+ * never holds more than its limit. */
+static void prefetch_swaps_in_what_the_sweep_needs_next(void)
+{
+    start_limited(prefetch_kv);
+    struct leaks base = leaks_now();
+    uintptr_t w[8];
+    for (int i = 0; i < 8; i++) {
+        w[i] = palloc(4 * MiB);
+        fill(w[i], 4 * MiB, 90 + (uint32_t)i);
+    }
+    int found = 0, launches = 0;
+    uint64_t before = 0;
+    for (int sweep = 0; sweep < 10; sweep++) {   /* the loop is learned in the 6th */
+        if (sweep == 6) before = gvm_stats.bytes_migrated;
+        for (int i = 0; i < 8; i++) {
+            if (sweep >= 6) {
+                found += simcuda_location_of(w[i]) == 0;
+                launches++;
+            }
+            CHECK_EQ(sweep_launch(w, i), 0);
+            CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
+        }
+    }
+    CHECK(gvm_stats.prefetches > 0);
+    CHECK_EQ(found, launches);   /* once learned, every launch finds its buffer on the device */
+    /* The price of looking ahead on a device this full: each launch swaps
+     * (8 a sweep, where swapping on demand needs 6 and Belady 5.8), since
+     * what leaves early is the weight just read, not the one Belady sends
+     * out when the next is needed. */
+    uint64_t per_sweep = (gvm_stats.bytes_migrated - before) / 4;
+    CHECK(per_sweep <= 2 * 8 * 4 * MiB);
+    for (int i = 0; i < 8; i++) CHECK(intact_used(w[i], 4 * MiB, 90 + (uint32_t)i));
+    for (int i = 0; i < 8; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
+    CHECK_NO_LEAK(base);
+}
+
+/* The thread is not used when spilled memory stays mapped (the default
+ * spill_host_map), nor with prefetch off. */
+static void prefetch_needs_lazy_spills(void)
+{
+    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "prefetch", "1", "promote_interval", "3600s",
+                        NULL};
+    start_limited(kv);
+    uintptr_t w[8];
+    for (int i = 0; i < 8; i++) w[i] = palloc(4 * MiB);
+    for (int sweep = 0; sweep < 3; sweep++)
+        for (int i = 0; i < 8; i++) sweep_launch(w, i);
+    CHECK_EQ(gvm_stats.prefetches, 0);
+    set("prefetch", "0");
+    set("spill_host_map", "lazy");
+    for (int sweep = 0; sweep < 3; sweep++)
+        for (int i = 0; i < 8; i++) sweep_launch(w, i);
+    CHECK_EQ(gvm_stats.prefetches, 0);
+    for (int i = 0; i < 8; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
+}
+
+/* A driver call failing anywhere in the thread's swap: every buffer keeps
+ * its data, the device never holds more than its limit, the sweep goes on,
+ * and nothing leaks. */
+static void failure_during_a_prefetch_keeps_data(void)
+{
+    gvm_log_set_level(GVM_LOG_ERROR);
+    start_limited(prefetch_kv);
+    struct leaks base = leaks_now();
+    uintptr_t w[8];
+    for (int i = 0; i < 8; i++) {
+        w[i] = palloc(4 * MiB);
+        fill(w[i], 4 * MiB, 110 + (uint32_t)i);
+    }
+    for (int sweep = 0; sweep < 6; sweep++)   /* the loop is learned */
+        for (int i = 0; i < 8; i++) sweep_launch(w, i);
+    bool fired = true;
+    unsigned long k = 1;
+    for (; fired && k < 600; k++) {
+        uint64_t done = gvm_stats.prefetches;
+        unsigned long calls = simcuda_call_count();
+        struct gvm_region *r = gvm_heap_region(w[0]);
+        gvm_policy_before_launch(&r, 1);
+        touch(w[0]);
+        simcuda_fail_nth(k, CUDA_ERROR_ILLEGAL_STATE);   /* call k from here on: the thread's */
+        gvm_policy_after_launch(&r, 1);
+        gvm_prefetch_drain();
+        fired = simcuda_call_count() - calls >= k;
+        simcuda_fail_nth(0, CUDA_SUCCESS);
+        CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
+        if (!fired) CHECK(gvm_stats.prefetches > done);   /* past its last call: the swap ran whole */
+        for (int i = 1; i < 8; i++) CHECK_EQ(sweep_launch(w, i), 0);
+        CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
+    }
+    CHECK(!fired);
+    CHECK(k > 10);   /* the thread's swap made calls that failed */
+    for (int i = 0; i < 8; i++) CHECK(intact_used(w[i], 4 * MiB, 110 + (uint32_t)i));
+    for (int i = 0; i < 8; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
+    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED), 0u);
+    CHECK_NO_LEAK(base);
+}
+
 static const struct test_case cases[] = {
     TEST_ENTRY(evicts_the_least_recently_used)
     TEST_ENTRY(the_use_clock_orders_calls)
@@ -1530,6 +1652,9 @@ static const struct test_case cases[] = {
     TEST_ENTRY(operations_on_lazily_spilled_memory)
     TEST_ENTRY(freeing_lazily_spilled_memory_releases_it)
     TEST_ENTRY(failure_during_a_lazy_swap_keeps_data)
+    TEST_ENTRY(prefetch_swaps_in_what_the_sweep_needs_next)
+    TEST_ENTRY(prefetch_needs_lazy_spills)
+    TEST_ENTRY(failure_during_a_prefetch_keeps_data)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }

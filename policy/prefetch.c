@@ -1,0 +1,220 @@
+/* Prefetch: a demand swap stalls the launch that needs a spilled region
+ * for its copies (2.73 ms a 128 MiB region to host and back, on an H100),
+ * while the kernels queued before it could have hidden them: measured with
+ * swaps scheduled by hand (scripts/probe/overlap.py), issuing each swap as
+ * soon as its victim's kernel was queued took the read loop at 1.25x the
+ * limit from 1.47x to 1.36x the link bound. Here a launch hands the next
+ * swap to one background thread, which takes the regions, waits for the
+ * work queued so far (core/relocate.h: after taking them, so a launch that
+ * reaches one either is covered by that wait or waits for the swap), and
+ * swaps. Only lazy spills (spill_host_map=lazy): the region going out is
+ * one no launch names now, and a kernel reaching it through a pointer that
+ * is not an argument may then read it mid-copy, where a lazily spilled
+ * region already faults for it. */
+#include "policy/prefetch.h"
+
+#include "core/capture.h"
+#include "core/log.h"
+#include "core/phys.h"
+#include "core/relocate.h"
+#include "core/stats.h"
+#include "core/topo.h"
+#include "policy/policy.h"
+#include "policy/recur.h"
+#include "policy/victims.h"
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define MAX_OUT 8
+
+struct request {
+    struct gvm_region *in, *out[MAX_OUT];
+    int to[MAX_OUT], nout, device;
+};
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t wake = PTHREAD_COND_INITIALIZER, idle = PTHREAD_COND_INITIALIZER;
+static struct request req;
+static bool posted, started;
+static int busy;   /* a request posted or running: read without the lock by the launch path */
+/* Planning walks the live regions twice: after a launch that found no
+ * swap worth making, the next few do not look again. */
+#define REST 4
+static unsigned rest;
+
+static bool enabled(const struct gvm_config *cfg)
+{
+    return cfg && cfg->prefetch && cfg->promote && cfg->spill_host_map == GVM_CFG_SPILL_HOST_MAP_LAZY &&
+           gvm_topo.host_vmm && __atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED);
+}
+
+static bool listed(const struct gvm_region *r, struct gvm_region *const *list, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (list[i] == r) return true;
+    return false;
+}
+
+static bool spills_to_host(const struct gvm_config *cfg)
+{
+    for (int i = 0; i < cfg->spill.n; i++)
+        if (cfg->spill.target[i] == GVM_SPILL_HOST) return true;
+    return false;
+}
+
+/* The lazily spilled region of `device` the learned loop needs soonest,
+ * not one of used. */
+static struct gvm_region *next_in(int device, struct gvm_region *const *used, int n, uint32_t period,
+                                  uint32_t *when)
+{
+    struct gvm_victims c = {0};
+    gvm_victims_unmapped(&c);   /* oldest use first */
+    struct gvm_region *best = NULL;
+    uint32_t soonest = GVM_RECUR_NEVER;
+    for (size_t i = 0; i < c.n; i++) {
+        struct gvm_region *r = c.v[i].r;
+        if (GVM_LOAD(r->home) != device || listed(r, used, n) || GVM_LOAD(r->kind) == GVM_REGION_ALIAS) continue;
+        uint32_t t = gvm_recur_next_use(r, period);
+        if (!best || t < soonest) {
+            best = r;
+            soonest = t;
+        }
+    }
+    gvm_victims_free(&c);
+    *when = soonest;
+    return best;
+}
+
+
+/* Builds the swap for the launch's device into *q; false when there is none
+ * worth making now. */
+static bool plan(const struct gvm_config *cfg, struct gvm_region *const *used, int n, struct request *q)
+{
+    int device = GVM_LOAD(used[0]->home);
+    if (device < 0 || device >= gvm_topo.ndev) return false;
+    /* Only with the loop learned: without it the most recently used
+     * region is the guess for the one needed last, and the launch's own
+     * small buffers (outputs, scalars, used by every launch) look as recent
+     * as the weight it read: on an H100 the read loop ran at twice its
+     * step time, sending them out after every launch. */
+    uint32_t period = cfg->learn_loop ? gvm_recur_period() : 0, in_next = 0;
+    if (!period) return false;
+    struct gvm_region *in = next_in(device, used, n, period, &in_next);
+    if (!in || in_next == GVM_RECUR_NEVER) return false;   /* nothing the loop needs soon */
+    size_t need = GVM_LOAD(in->mapped), room = gvm_policy_room(device), pooled = gvm_phys_pooled(device);
+    if (room + pooled < room || room + pooled < need) return false;   /* no room kept for a swap */
+    /* The launch's own regions may leave: it is queued, and the swap waits
+     * for it; in a sweep the weight just read is the one needed last. */
+    struct gvm_victims v = {0};
+    bool ok = gvm_victims_for_swap(device, need, GVM_LOAD(in->last_use), &in, 1, &v) > 0 && v.n <= MAX_OUT;
+    *q = (struct request){.in = in, .device = device};
+    for (size_t i = 0; ok && i < v.n; i++) {
+        size_t bytes = GVM_LOAD(v.v[i].r->mapped);
+        /* Nothing leaves that the loop needs before `in`. */
+        ok = v.v[i].next_use > in_next && gvm_policy_fits(GVM_LOC_HOST, bytes);
+        q->out[q->nout] = v.v[i].r;
+        q->to[q->nout++] = GVM_LOC_HOST;
+    }
+    gvm_victims_free(&v);
+    return ok;
+}
+
+static void *worker(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&lock);
+    for (;;) {
+        while (!posted) pthread_cond_wait(&wake, &lock);
+        struct request q = req;
+        pthread_mutex_unlock(&lock);
+        CUresult rc = CUDA_ERROR_NOT_PERMITTED;
+        if (!gvm_capture_open(-1)) {
+            int gone = gvm_relocate_swap(q.in, q.device, q.out, q.to, q.nout, GVM_RELOC_SHELVE, &rc);
+            if (rc == CUDA_SUCCESS) gvm_stat_inc(prefetches);
+            gvm_debug("prefetch: %#lx to device %d, %d region(s) out: %s", (unsigned long)q.in->base, q.device,
+                      gone, rc == CUDA_SUCCESS ? "done" : "not done");
+        }
+        pthread_mutex_lock(&lock);
+        posted = false;
+        __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
+        pthread_cond_broadcast(&idle);
+    }
+    return NULL;
+}
+
+/* A forked child has no thread: it starts its own when it needs one. */
+static void after_fork_child(void)
+{
+    pthread_mutex_init(&lock, NULL);
+    pthread_cond_init(&wake, NULL);
+    pthread_cond_init(&idle, NULL);
+    posted = started = false;
+    busy = 0;
+    rest = 0;
+}
+
+/* Called with lock held. */
+static bool start(void)
+{
+    static bool hooked;
+    if (started) return true;
+    if (!hooked && pthread_atfork(NULL, NULL, after_fork_child) == 0) hooked = true;
+    pthread_t t;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    started = pthread_create(&t, &attr, worker, NULL) == 0;
+    pthread_attr_destroy(&attr);
+    if (!started) gvm_warn("cannot start the prefetch thread; spilled memory comes back when launches need it");
+    return started;
+}
+
+void gvm_prefetch_after(struct gvm_region *const *used, int n)
+{
+    const struct gvm_config *cfg = gvm_policy_cfg();
+    if (!n || !enabled(cfg) || __atomic_load_n(&busy, __ATOMIC_ACQUIRE)) return;
+    unsigned left = __atomic_load_n(&rest, __ATOMIC_RELAXED);
+    if (left) {
+        __atomic_store_n(&rest, left - 1, __ATOMIC_RELAXED);   /* racy by design: a count, not a lock */
+        return;
+    }
+    struct request q;
+    if (!spills_to_host(cfg) || gvm_capture_open(-1) || !plan(cfg, used, n, &q)) {
+        __atomic_store_n(&rest, REST, __ATOMIC_RELAXED);
+        return;
+    }
+    pthread_mutex_lock(&lock);
+    if (!posted && start()) {
+        req = q;
+        posted = true;
+        __atomic_store_n(&busy, 1, __ATOMIC_RELEASE);
+        pthread_cond_signal(&wake);
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+static bool moving_one_of(struct gvm_region *const *used, int n)
+{
+    if (!posted) return false;
+    if (listed(req.in, used, n)) return true;
+    for (int i = 0; i < req.nout; i++)
+        if (listed(req.out[i], used, n)) return true;
+    return false;
+}
+
+void gvm_prefetch_wait(struct gvm_region *const *used, int n)
+{
+    if (!__atomic_load_n(&busy, __ATOMIC_ACQUIRE)) return;
+    pthread_mutex_lock(&lock);
+    while (moving_one_of(used, n)) pthread_cond_wait(&idle, &lock);
+    pthread_mutex_unlock(&lock);
+}
+
+void gvm_prefetch_drain(void)
+{
+    pthread_mutex_lock(&lock);
+    while (posted) pthread_cond_wait(&idle, &lock);
+    pthread_mutex_unlock(&lock);
+}
