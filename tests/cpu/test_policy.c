@@ -1545,22 +1545,34 @@ static void prefetch_swaps_in_what_the_sweep_needs_next(void)
 }
 
 /* The thread is not used when spilled memory stays mapped (the default
- * spill_host_map), nor with prefetch off. */
+ * spill_host_map), nor with prefetch off; turned on live (gvmctl set), it
+ * starts at the next launch. Eight sweeps each: the loop is learned. */
 static void prefetch_needs_lazy_spills(void)
 {
     const char *kv[] = {"device_limit", "0:16M", "spill", "host", "prefetch", "1", "promote_interval", "3600s",
                         NULL};
     start_limited(kv);
     uintptr_t w[8];
-    for (int i = 0; i < 8; i++) w[i] = palloc(4 * MiB);
-    for (int sweep = 0; sweep < 3; sweep++)
-        for (int i = 0; i < 8; i++) sweep_launch(w, i);
+    for (int i = 0; i < 8; i++) {
+        w[i] = palloc(4 * MiB);
+        fill(w[i], 4 * MiB, 130 + (uint32_t)i);
+    }
+    for (int sweep = 0; sweep < 8; sweep++)
+        for (int i = 0; i < 8; i++) CHECK_EQ(sweep_launch(w, i), 0);
+    CHECK(gvm_recur_period() > 0);
+    CHECK(gvm_stats.spills > 0);
     CHECK_EQ(gvm_stats.prefetches, 0);
-    set("prefetch", "0");
-    set("spill_host_map", "lazy");
-    for (int sweep = 0; sweep < 3; sweep++)
-        for (int i = 0; i < 8; i++) sweep_launch(w, i);
+    policy_set("prefetch=0");
+    policy_set("spill_host_map=lazy");
+    for (int sweep = 0; sweep < 8; sweep++)
+        for (int i = 0; i < 8; i++) CHECK_EQ(sweep_launch(w, i), 0);
+    CHECK(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED) > 0);
     CHECK_EQ(gvm_stats.prefetches, 0);
+    policy_set("prefetch=1");
+    for (int sweep = 0; sweep < 2; sweep++)
+        for (int i = 0; i < 8; i++) CHECK_EQ(sweep_launch(w, i), 0);
+    CHECK(gvm_stats.prefetches > 0);
+    for (int i = 0; i < 8; i++) CHECK(intact_used(w[i], 4 * MiB, 130 + (uint32_t)i));
     for (int i = 0; i < 8; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
 }
 
