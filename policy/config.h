@@ -56,6 +56,13 @@ struct gvm_spill_list {
     int target[2];     /* enum gvm_spill_target, in the order to try */
 };
 
+static inline bool gvm_spill_list_has(const struct gvm_spill_list *s, enum gvm_spill_target t)
+{
+    for (int i = 0; i < s->n; i++)
+        if (s->target[i] == (int)t) return true;
+    return false;
+}
+
 typedef bool gvm_opt_bool_t;
 typedef size_t gvm_opt_size_t;       /* SIZE_MAX: none, where allowed */
 typedef struct gvm_size_pct gvm_opt_size_pct_t;

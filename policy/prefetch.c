@@ -37,8 +37,8 @@ struct request {
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t wake = PTHREAD_COND_INITIALIZER, idle = PTHREAD_COND_INITIALIZER;
 static struct request req;
-static bool posted, started;
-static int busy;   /* a request posted or running: read without the lock by the launch path */
+static bool started;
+static bool posted;   /* a request posted or running; written under lock, read without it by launches */
 /* Planning walks the live regions twice: after a launch that found no
  * swap worth making, the next few do not look again. */
 #define REST 4
@@ -57,17 +57,9 @@ static bool listed(const struct gvm_region *r, struct gvm_region *const *list, i
     return false;
 }
 
-static bool spills_to_host(const struct gvm_config *cfg)
-{
-    for (int i = 0; i < cfg->spill.n; i++)
-        if (cfg->spill.target[i] == GVM_SPILL_HOST) return true;
-    return false;
-}
-
-/* The lazily spilled region of `device` the learned loop needs soonest,
- * not one of used. */
-static struct gvm_region *next_in(int device, struct gvm_region *const *used, int n, uint32_t period,
-                                  uint32_t *when)
+/* The lazily spilled region of `device` the learned loop needs soonest
+ * (none the launch reached: it brought them back or mapped them). */
+static struct gvm_region *next_in(int device, uint32_t period, uint32_t *when)
 {
     struct gvm_victims c = {0};
     gvm_victims_unmapped(&c);   /* oldest use first */
@@ -75,7 +67,7 @@ static struct gvm_region *next_in(int device, struct gvm_region *const *used, in
     uint32_t soonest = GVM_RECUR_NEVER;
     for (size_t i = 0; i < c.n; i++) {
         struct gvm_region *r = c.v[i].r;
-        if (GVM_LOAD(r->home) != device || listed(r, used, n) || GVM_LOAD(r->kind) == GVM_REGION_ALIAS) continue;
+        if (GVM_LOAD(r->home) != device || GVM_LOAD(r->kind) == GVM_REGION_ALIAS) continue;
         uint32_t t = gvm_recur_next_use(r, period);
         if (!best || t < soonest) {
             best = r;
@@ -90,9 +82,8 @@ static struct gvm_region *next_in(int device, struct gvm_region *const *used, in
 
 /* Builds the swap for the launch's device into *q; false when there is none
  * worth making now. */
-static bool plan(const struct gvm_config *cfg, struct gvm_region *const *used, int n, struct request *q)
+static bool plan(const struct gvm_config *cfg, int device, struct request *q)
 {
-    int device = GVM_LOAD(used[0]->home);
     if (device < 0 || device >= gvm_topo.ndev) return false;
     /* Only with the loop learned: without it the most recently used
      * region is the guess for the one needed last, and the launch's own
@@ -101,10 +92,10 @@ static bool plan(const struct gvm_config *cfg, struct gvm_region *const *used, i
      * step time, sending them out after every launch. */
     uint32_t period = cfg->learn_loop ? gvm_recur_period() : 0, in_next = 0;
     if (!period) return false;
-    struct gvm_region *in = next_in(device, used, n, period, &in_next);
+    struct gvm_region *in = next_in(device, period, &in_next);
     if (!in || in_next == GVM_RECUR_NEVER) return false;   /* nothing the loop needs soon */
-    size_t need = GVM_LOAD(in->mapped), room = gvm_policy_room(device), pooled = gvm_phys_pooled(device);
-    if (room + pooled < room || room + pooled < need) return false;   /* no room kept for a swap */
+    size_t need = GVM_LOAD(in->mapped), room = gvm_policy_room(device);
+    if (room < need && gvm_phys_pooled(device) < need - room) return false;   /* no room kept for a swap */
     /* The launch's own regions may leave: it is queued, and the swap waits
      * for it; in a sweep the weight just read is the one needed last. */
     struct gvm_victims v = {0};
@@ -137,8 +128,7 @@ static void *worker(void *arg)
                       gone, rc == CUDA_SUCCESS ? "done" : "not done");
         }
         pthread_mutex_lock(&lock);
-        posted = false;
-        __atomic_store_n(&busy, 0, __ATOMIC_RELEASE);
+        __atomic_store_n(&posted, false, __ATOMIC_RELEASE);
         pthread_cond_broadcast(&idle);
     }
     return NULL;
@@ -151,7 +141,6 @@ static void after_fork_child(void)
     pthread_cond_init(&wake, NULL);
     pthread_cond_init(&idle, NULL);
     posted = started = false;
-    busy = 0;
     rest = 0;
 }
 
@@ -174,22 +163,22 @@ static bool start(void)
 void gvm_prefetch_after(struct gvm_region *const *used, int n)
 {
     const struct gvm_config *cfg = gvm_policy_cfg();
-    if (!n || !enabled(cfg) || __atomic_load_n(&busy, __ATOMIC_ACQUIRE)) return;
+    if (!n || !enabled(cfg) || __atomic_load_n(&posted, __ATOMIC_ACQUIRE)) return;
     unsigned left = __atomic_load_n(&rest, __ATOMIC_RELAXED);
     if (left) {
         __atomic_store_n(&rest, left - 1, __ATOMIC_RELAXED);   /* racy by design: a count, not a lock */
         return;
     }
     struct request q;
-    if (!spills_to_host(cfg) || gvm_capture_open(-1) || !plan(cfg, used, n, &q)) {
+    int device = GVM_LOAD(used[0]->home);
+    if (!gvm_spill_list_has(&cfg->spill, GVM_SPILL_HOST) || gvm_capture_open(-1) || !plan(cfg, device, &q)) {
         __atomic_store_n(&rest, REST, __ATOMIC_RELAXED);
         return;
     }
     pthread_mutex_lock(&lock);
     if (!posted && start()) {
         req = q;
-        posted = true;
-        __atomic_store_n(&busy, 1, __ATOMIC_RELEASE);
+        __atomic_store_n(&posted, true, __ATOMIC_RELEASE);
         pthread_cond_signal(&wake);
     }
     pthread_mutex_unlock(&lock);
@@ -206,7 +195,7 @@ static bool moving_one_of(struct gvm_region *const *used, int n)
 
 void gvm_prefetch_wait(struct gvm_region *const *used, int n)
 {
-    if (!__atomic_load_n(&busy, __ATOMIC_ACQUIRE)) return;
+    if (!__atomic_load_n(&posted, __ATOMIC_ACQUIRE)) return;
     pthread_mutex_lock(&lock);
     while (moving_one_of(used, n)) pthread_cond_wait(&idle, &lock);
     pthread_mutex_unlock(&lock);

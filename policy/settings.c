@@ -8,8 +8,7 @@ struct gvm_config gvm_cfg;
 static bool uses_host(const struct gvm_config *cfg)
 {
     if (cfg->origin[GVM_OPT_host_pool] != GVM_ORIGIN_DEFAULT && cfg->host_pool) return true;
-    for (int i = 0; i < cfg->spill.n; i++)
-        if (cfg->spill.target[i] == GVM_SPILL_HOST) return true;
+    if (gvm_spill_list_has(&cfg->spill, GVM_SPILL_HOST)) return true;
     for (int i = 0; i < cfg->nrules; i++)
         if (cfg->rules[i].place == GVM_RULE_PLACE_HOST) return true;
     return false;

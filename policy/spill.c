@@ -259,8 +259,6 @@ void gvm_policy_before_launch(struct gvm_region *const *used, int n)
     }
 }
 
-void gvm_policy_after_launch(struct gvm_region *const *used, int n) { gvm_prefetch_after(used, n); }
-
 /* ---- lazily spilled memory ------------------------------------------------ */
 
 void gvm_policy_map_spilled(void)

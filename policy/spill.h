@@ -30,11 +30,6 @@ CUresult gvm_spill_down_to(int device, size_t limit, size_t *moved);
  * fit without others leaving: else the kernel reads them in place. */
 void gvm_policy_before_launch(struct gvm_region *const *used, int n);
 
-/* Called once that launch is queued (its regions no longer announced):
- * with option prefetch, the next swap may start on a background thread
- * (policy/prefetch.h). One load when prefetch is off. */
-void gvm_policy_after_launch(struct gvm_region *const *used, int n);
-
 /* Lazily spilled memory (spill_host_map=lazy) the program is about to
  * reach: gvm_policy_use_mapped takes r, announced with *tick
  * (gvm_use_region_in), and returns it announced with its memory mapped

@@ -7,6 +7,7 @@
 #include "preload/shim.h"
 
 #include "core/vamap.h"
+#include "policy/prefetch.h"
 #include "policy/spill.h"
 #include "policy/tags.h"
 
@@ -176,7 +177,7 @@ static void collect(struct used *u, void *fn, void **params, void **extra)
 static void release(struct used *u)
 {
     for (int i = 0; i < u->n; i++) gvm_use_end(u->r[i]);
-    if (u->n) gvm_policy_after_launch(u->r, u->n);
+    if (u->n) gvm_prefetch_after(u->r, u->n);   /* queued: the next swap may start beside it */
 }
 
 #define LAUNCH_HOOK(fn)                                                        \

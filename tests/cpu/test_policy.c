@@ -1500,7 +1500,7 @@ static int sweep_launch(const uintptr_t *w, int i)
     gvm_policy_before_launch(&r, 1);
     touch(w[i]);
     int at = simcuda_location_of(w[i]);
-    gvm_policy_after_launch(&r, 1);
+    gvm_prefetch_after(&r, 1);
     gvm_prefetch_drain();
     return at;
 }
@@ -1600,7 +1600,7 @@ static void failure_during_a_prefetch_keeps_data(void)
         gvm_policy_before_launch(&r, 1);
         touch(w[0]);
         simcuda_fail_nth(k, CUDA_ERROR_ILLEGAL_STATE);   /* call k from here on: the thread's */
-        gvm_policy_after_launch(&r, 1);
+        gvm_prefetch_after(&r, 1);
         gvm_prefetch_drain();
         fired = simcuda_call_count() - calls >= k;
         simcuda_fail_nth(0, CUDA_SUCCESS);
