@@ -43,8 +43,9 @@ enum gvm_region_flags {
     GVM_RF_SHARED = 32,
 };
 
-/* Launches a region remembers: more than a training step's uses of one
- * tensor (forward, backward, each optimizer pass). */
+/* Runs of launches a region remembers (policy/recur.c: uses close
+ * together make one run): more than a training step's uses of one tensor
+ * (forward, backward, each optimizer pass). */
 #define GVM_REGION_LAUNCHES 16
 
 struct gvm_region {
@@ -80,8 +81,9 @@ struct gvm_region {
     int nshelf;
     bool shelf_spill;            /* its shelf holds a lazy spill (spill_host_map=lazy), not a paused copy */
     uint64_t spilled_at;         /* use clock when the policy moved it off its device, 0 if not */
-    uint32_t launches[GVM_REGION_LAUNCHES];   /* the launch numbers of its last uses (policy/recur.c) */
-    uint32_t nlaunches;          /* uses recorded; the newest is launches[(nlaunches - 1) % GVM_REGION_LAUNCHES] */
+    uint32_t launches[GVM_REGION_LAUNCHES];   /* the launch numbers starting its last runs of uses (policy/recur.c) */
+    uint32_t launch_ends[GVM_REGION_LAUNCHES]; /* and of each run's last use */
+    uint32_t nlaunches;          /* runs recorded; the newest is launches[(nlaunches - 1) % GVM_REGION_LAUNCHES] */
     uint64_t freed_at;           /* gvm_topo_epoch of its device when the program freed it */
     uint64_t freed_on;           /* the stream it was freed in order on (topo.h), 0: none */
     CUresult last_error;         /* driver error of the last failed operation */

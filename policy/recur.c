@@ -56,8 +56,23 @@ static bool repeats(uint32_t now, uint32_t gap)
     return true;
 }
 
+/* The key a launch is looked up by: its signature and the KEY_RUN - 1
+ * before it. Kernels come in runs on the same allocations (the read
+ * loop's GEMV is two launches on its weight, input and output, on an
+ * H100): keyed by its own signature, the second of a run finds its twin
+ * one launch back and the first finds the previous step's second, a
+ * period less one back, and no launch ever votes for the period. */
+#define KEY_RUN 4
+
+static uint64_t key_at(uint32_t now)
+{
+    uint64_t k = 0;
+    for (uint32_t j = 0; j < KEY_RUN && j < now; j++) k = mix(k, ring_at(now - j));
+    return k | 1;
+}
+
 /* Called with lock held. */
-static void vote(uint64_t sig, uint32_t now)
+static void vote(uint32_t now)
 {
     uint32_t known = __atomic_load_n(&period, __ATOMIC_RELAXED);
     if (known) {
@@ -70,8 +85,9 @@ static void vote(uint64_t sig, uint32_t now)
             seen = held = 0;
         }
     }
-    struct sig *s = &sigs[(sig >> 32) % SIGS];
-    if (s->sig == sig) {
+    uint64_t key = key_at(now);
+    struct sig *s = &sigs[(key >> 32) % SIGS];
+    if (s->sig == key) {
         uint32_t gap = now - s->at;
         if (gap != known && repeats(now, gap)) {
             __atomic_store_n(&period, gap, __ATOMIC_RELAXED);
@@ -79,16 +95,39 @@ static void vote(uint64_t sig, uint32_t now)
             seen = held = 0;
         }
     }
-    *s = (struct sig){sig, now};
+    *s = (struct sig){key, now};
 }
 
-/* A load and a store, not a read-modify-write: two threads launching on
- * one region at once may record one use, which costs a prediction nothing
+/* Uses at most this many launches apart make one run (a region launched
+ * on every few launches: a scalar, a small pool chunk, a weight its
+ * kernels pass over twice); at most an eighth of the period, so that a
+ * short loop keeps every use apart. A region remembers where its runs
+ * started and ended: with each use remembered, sixteen uses of a small
+ * chunk in one phase of a step hid the rest of the step, and the chunk
+ * looked needed a period ahead while in use every few launches (a
+ * prefetch sent such chunks out at every launch on an H100, 2026-11-26,
+ * and the training step ran at three times its time). */
+#define RUN_GAP 8
+
+static uint32_t run_gap(void)
+{
+    uint32_t per = __atomic_load_n(&period, __ATOMIC_RELAXED) / 8;
+    return per < RUN_GAP ? per : RUN_GAP;
+}
+
+/* Loads and stores, not read-modify-writes: two threads launching on one
+ * region at once may record one use, which costs a prediction nothing
  * that matters, where a locked add would cost every launch. */
 static void note_use(struct gvm_region *r, uint32_t now)
 {
     uint32_t i = __atomic_load_n(&r->nlaunches, __ATOMIC_RELAXED);
+    uint32_t *end = &r->launch_ends[(i - 1) % GVM_REGION_LAUNCHES];
+    if (i && now - __atomic_load_n(end, __ATOMIC_RELAXED) <= run_gap()) {
+        __atomic_store_n(end, now, __ATOMIC_RELAXED);   /* the run goes on */
+        return;
+    }
     __atomic_store_n(&r->launches[i % GVM_REGION_LAUNCHES], now, __ATOMIC_RELAXED);
+    __atomic_store_n(&r->launch_ends[i % GVM_REGION_LAUNCHES], now, __ATOMIC_RELAXED);
     __atomic_store_n(&r->nlaunches, i + 1, __ATOMIC_RELAXED);
 }
 
@@ -109,17 +148,20 @@ void gvm_recur_launch(struct gvm_region *const *used, int n)
     sig |= 1;   /* never 0, an empty slot */
     __atomic_store_n(&ring[now % RING], sig, __ATOMIC_RELAXED);
     if (pthread_mutex_trylock(&lock) != 0) return;
-    vote(sig, now);
+    vote(now);
     pthread_mutex_unlock(&lock);
 }
 
 uint32_t gvm_recur_period(void) { return __atomic_load_n(&period, __ATOMIC_RELAXED); }
 
-/* The use one period ago that comes soonest again is the oldest use within
- * the last period. With more uses in a period than are remembered, the
- * oldest is lost and the estimate is later than the truth. A buffer not
- * launched on yet counts as used just now (a framework allocates what it
- * is about to use): needed a period ahead, after those not needed at all. */
+/* Each run of uses one period ago comes again: one that started less
+ * than a period ago starts again a period after its start; one that
+ * started before and ended less than a period ago is going on now (the
+ * region is needed within the run gap). The soonest of these counts. With
+ * more runs in a period than are remembered, the oldest are lost and the
+ * estimate is later than the truth. A buffer not launched on yet counts
+ * as used just now (a framework allocates what it is about to use):
+ * needed a period ahead, after those not needed at all. */
 uint32_t gvm_recur_next_use(const struct gvm_region *r, uint32_t per)
 {
     uint32_t now = __atomic_load_n(&launch_no, __ATOMIC_RELAXED);
@@ -128,7 +170,9 @@ uint32_t gvm_recur_next_use(const struct gvm_region *r, uint32_t per)
     if (!k) return per;
     for (uint32_t j = 0; j < k; j++) {
         uint32_t ago = now - __atomic_load_n(&r->launches[j], __ATOMIC_RELAXED);
+        uint32_t ended = now - __atomic_load_n(&r->launch_ends[j], __ATOMIC_RELAXED);
         if (ago < per && per - ago < best) best = per - ago;
+        else if (ago >= per && ended < per) return 1;
     }
     return best;
 }

@@ -551,6 +551,69 @@ static void the_loop_model_predicts_regions_used_often(void)
     for (int i = 0; i < 3; i++) free(r[i]);
 }
 
+/* Kernels in runs on the same allocations, as the read loop launches them
+ * on an H100 (2026-11-26): each weight's GEMV is two launches on the
+ * weight and a shared chunk, then two on the chunk alone. Keyed by one
+ * launch, the second of a pair found its twin a launch back and the first
+ * a period less one back: no period was ever learned. The chunk, in use
+ * every other launch through the whole step, is needed next; a weight
+ * just read is needed a period after its run started. */
+static void the_loop_model_learns_runs_of_launches(void)
+{
+    gvm_recur_reset();
+    gvm_recur_start();
+    struct gvm_region *w[6], *chunk = fake_region(0x300000000ul);
+    for (int i = 0; i < 6; i++) w[i] = fake_region(0x310000000ul + ((uintptr_t)i << 30));
+    struct gvm_region *seq[24][2];
+    int lens[24];
+    for (int i = 0; i < 6; i++) {
+        for (int k = 0; k < 2; k++) {
+            seq[4 * i + k][0] = w[i];
+            seq[4 * i + k][1] = chunk;
+            lens[4 * i + k] = 2;
+            seq[4 * i + 2 + k][0] = chunk;
+            lens[4 * i + 2 + k] = 1;
+        }
+    }
+    for (int t = 0; t < 12; t++)
+        for (int j = 0; j < 24; j++) gvm_recur_launch(seq[j], lens[j]);
+    CHECK_EQ(gvm_recur_period(), 24u);
+    CHECK_EQ(gvm_recur_next_use(chunk, 24), 1u);
+    /* Just after the step: w0's run started 23 launches ago, w5's 3. */
+    for (int i = 0; i < 6; i++) CHECK_EQ(gvm_recur_next_use(w[i], 24), (uint32_t)(4 * i + 1));
+    for (int i = 0; i < 6; i++) free(w[i]);
+    free(chunk);
+}
+
+/* A region used every few launches in one phase of the step only (the
+ * forward pass's activations): in its phase it is needed next; after it,
+ * a period after the phase began, however many uses the phase had. */
+static void the_loop_model_sees_a_phase_of_dense_use(void)
+{
+    gvm_recur_reset();
+    gvm_recur_start();
+    struct gvm_region *act = fake_region(0x400000000ul), *other[80];
+    for (int i = 0; i < 80; i++) other[i] = fake_region(0x410000000ul + ((uintptr_t)i << 28));
+    /* 80 launches a step: 40 on act and others in turn, then 40 others. */
+    struct gvm_region *seq[80][2];
+    int lens[80];
+    for (int j = 0; j < 80; j++) {
+        seq[j][0] = other[j];
+        seq[j][1] = act;
+        lens[j] = j < 40 && j % 2 == 0 ? 2 : 1;
+    }
+    for (int t = 0; t < 10; t++)
+        for (int j = 0; j < 80; j++) gvm_recur_launch(seq[j], lens[j]);
+    CHECK_EQ(gvm_recur_period(), 80u);
+    CHECK_EQ(gvm_recur_next_use(act, 80), 1u);   /* its phase starts at the next launch */
+    for (int j = 0; j < 20; j++) gvm_recur_launch(seq[j], lens[j]);
+    CHECK(gvm_recur_next_use(act, 80) <= 2u);    /* in its phase: twenty uses so far */
+    for (int j = 20; j < 60; j++) gvm_recur_launch(seq[j], lens[j]);
+    CHECK_EQ(gvm_recur_next_use(act, 80), 21u);  /* its phase began 59 launches ago */
+    for (int i = 0; i < 80; i++) free(other[i]);
+    free(act);
+}
+
 /* A region idle for longer than the incoming one's reuse distance (like a
  * block a framework keeps cached) goes before any warm one. */
 static void cold_regions_leave_before_warm_ones(void)
@@ -1544,6 +1607,59 @@ static void prefetch_swaps_in_what_the_sweep_needs_next(void)
     CHECK_NO_LEAK(base);
 }
 
+/* Launches on regions at a..a+n as the hook makes them (see sweep_launch). */
+static void launch_on(const uintptr_t *a, int n)
+{
+    struct gvm_region *r[4];
+    for (int i = 0; i < n; i++) r[i] = gvm_heap_region(a[i]);
+    gvm_policy_before_launch(r, n);
+    for (int i = 0; i < n; i++) touch(a[i]);
+    gvm_prefetch_after(r, n);
+    gvm_prefetch_drain();
+}
+
+/* The read loop as PyTorch launches it: per weight, two kernels on the
+ * weight and a shared output chunk, two on the chunk alone. The thread
+ * brings the weights in ahead and never sends the chunk out (in use every
+ * other launch: on an H100, before runs of uses were told apart, a
+ * prefetch sent such chunks out after each launch and they came straight
+ * back, 2026-11-26); the data survives and the limit holds. */
+static void prefetch_keeps_what_every_launch_shares(void)
+{
+    start_limited(prefetch_kv);
+    struct leaks base = leaks_now();
+    uintptr_t w[8], chunk = palloc(2 * MiB);
+    fill(chunk, 2 * MiB, 7);
+    for (int i = 0; i < 8; i++) {
+        w[i] = palloc(3 * MiB);
+        fill(w[i], 3 * MiB, 110 + (uint32_t)i);
+    }
+    int found = 0, launches = 0;
+    uint64_t prefetched = 0;
+    for (int sweep = 0; sweep < 12; sweep++) {
+        if (sweep == 8) prefetched = gvm_stats.prefetches;
+        for (int i = 0; i < 8; i++) {
+            uintptr_t both[2] = {w[i], chunk};
+            if (sweep >= 8) {
+                found += simcuda_location_of(w[i]) == 0;
+                launches++;
+                CHECK_EQ(simcuda_location_of(chunk), 0);
+            }
+            for (int k = 0; k < 2; k++) launch_on(both, 2);
+            for (int k = 0; k < 2; k++) launch_on(&chunk, 1);
+            CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
+        }
+    }
+    CHECK_EQ(gvm_recur_period(), 32u);
+    CHECK(gvm_stats.prefetches > prefetched);
+    CHECK_EQ(found, launches);
+    CHECK(intact_used(chunk, 2 * MiB, 7));
+    for (int i = 0; i < 8; i++) CHECK(intact_used(w[i], 3 * MiB, 110 + (uint32_t)i));
+    for (int i = 0; i < 8; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
+    CHECK_EQ(gvm_policy_free(chunk), CUDA_SUCCESS);
+    CHECK_NO_LEAK(base);
+}
+
 /* The thread is not used when spilled memory stays mapped (the default
  * spill_host_map), nor with prefetch off; turned on live (gvmctl set), it
  * starts at the next launch. Eight sweeps each: the loop is learned. */
@@ -1636,6 +1752,8 @@ static const struct test_case cases[] = {
     TEST_ENTRY(a_sweep_with_a_shared_scalar_learns_its_period)
     TEST_ENTRY(the_loop_model_learns_and_unlearns)
     TEST_ENTRY(the_loop_model_predicts_regions_used_often)
+    TEST_ENTRY(the_loop_model_learns_runs_of_launches)
+    TEST_ENTRY(the_loop_model_sees_a_phase_of_dense_use)
     TEST_ENTRY(cold_regions_leave_before_warm_ones)
     TEST_ENTRY(unused_spilled_data_stays_out)
     TEST_ENTRY(pause_keep_and_resume)
@@ -1665,6 +1783,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(freeing_lazily_spilled_memory_releases_it)
     TEST_ENTRY(failure_during_a_lazy_swap_keeps_data)
     TEST_ENTRY(prefetch_swaps_in_what_the_sweep_needs_next)
+    TEST_ENTRY(prefetch_keeps_what_every_launch_shares)
     TEST_ENTRY(prefetch_needs_lazy_spills)
     TEST_ENTRY(failure_during_a_prefetch_keeps_data)
 };
