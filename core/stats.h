@@ -30,6 +30,7 @@
     X(promotions, "spilled allocations brought back")                          \
     X(promoted_bytes, "bytes brought back by promotion")                       \
     X(prefetches, "spilled allocations swapped in ahead of use (prefetch)")    \
+    X(loops_learned, "loop periods adopted from the launches (learn_loop)")    \
     X(pauses, "allocations paused")                                            \
     X(resumes, "allocations resumed")                                          \
     X(aliases, "aliases created")                                              \

@@ -3,6 +3,7 @@
 #include "policy/recur.h"
 
 #include "core/log.h"
+#include "core/stats.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -91,6 +92,7 @@ static void vote(uint32_t now)
         uint32_t gap = now - s->at;
         if (gap != known && repeats(now, gap)) {
             __atomic_store_n(&period, gap, __ATOMIC_RELAXED);
+            gvm_stat_inc(loops_learned);
             gvm_debug("loop: learned a period of %u launches (launch %u)", gap, now);
             seen = held = 0;
         }

@@ -575,9 +575,11 @@ static void the_loop_model_learns_runs_of_launches(void)
             lens[4 * i + 2 + k] = 1;
         }
     }
+    uint64_t learned = gvm_stats.loops_learned;
     for (int t = 0; t < 12; t++)
         for (int j = 0; j < 24; j++) gvm_recur_launch(seq[j], lens[j]);
     CHECK_EQ(gvm_recur_period(), 24u);
+    CHECK_EQ(gvm_stats.loops_learned, learned + 1);   /* what GVM_STATS shows */
     CHECK_EQ(gvm_recur_next_use(chunk, 24), 1u);
     /* Just after the step: w0's run started 23 launches ago, w5's 3. */
     for (int i = 0; i < 6; i++) CHECK_EQ(gvm_recur_next_use(w[i], 24), (uint32_t)(4 * i + 1));
@@ -755,11 +757,21 @@ static void freeing_shelved_memory_releases_its_copy(void)
 /* A driver call failing anywhere in the pause leaves the allocation
  * mapped where it was with its contents; anywhere in the resume leaves it
  * paused with its copy, which a later resume restores. Nothing leaks. */
+static void small_blocks(struct gvm_settings *s)
+{
+    no_idle_memory_limited(s);
+    s->block_size = 8 * MiB;
+}
+
 static void pause_unmapped_failure_at_every_call(void)
 {
-    start_policy(NULL);
+    /* Small blocks: every round copies the allocation several times, and
+     * at 200 MiB in 64 MiB blocks the case alone took 149 s under TSan. */
+    gvm_config_defaults(&cfg);
+    sim_start(2, 512 * MiB, small_blocks);
+    CHECK_EQ(gvm_policy_start(&cfg), CUDA_SUCCESS);
     CHECK_EQ(gvm_tag_push("w"), GVM_OK);
-    size_t n = 200 * MiB;   /* several blocks, several host pieces each */
+    size_t n = 25 * MiB;   /* several blocks, several host pieces each */
     uintptr_t w = palloc(n);
     CHECK_EQ(gvm_tag_pop(), GVM_OK);
     fill(w, n, 4);
