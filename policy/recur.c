@@ -123,10 +123,12 @@ static uint32_t run_gap(void)
 static void note_use(struct gvm_region *r, uint32_t now)
 {
     uint32_t i = __atomic_load_n(&r->nlaunches, __ATOMIC_RELAXED);
-    uint32_t *end = &r->launch_ends[(i - 1) % GVM_REGION_LAUNCHES];
-    if (i && now - __atomic_load_n(end, __ATOMIC_RELAXED) <= run_gap()) {
-        __atomic_store_n(end, now, __ATOMIC_RELAXED);   /* the run goes on */
-        return;
+    if (i) {
+        uint32_t *end = &r->launch_ends[(i - 1) % GVM_REGION_LAUNCHES];
+        if (now - __atomic_load_n(end, __ATOMIC_RELAXED) <= run_gap()) {
+            __atomic_store_n(end, now, __ATOMIC_RELAXED);   /* the run goes on */
+            return;
+        }
     }
     __atomic_store_n(&r->launches[i % GVM_REGION_LAUNCHES], now, __ATOMIC_RELAXED);
     __atomic_store_n(&r->launch_ends[i % GVM_REGION_LAUNCHES], now, __ATOMIC_RELAXED);
