@@ -120,12 +120,12 @@ static uint32_t run_gap(void)
 /* Loads and stores, not read-modify-writes: two threads launching on one
  * region at once may record one use, which costs a prediction nothing
  * that matters, where a locked add would cost every launch. */
-static void note_use(struct gvm_region *r, uint32_t now)
+static void note_use(struct gvm_region *r, uint32_t now, uint32_t gap)
 {
     uint32_t i = __atomic_load_n(&r->nlaunches, __ATOMIC_RELAXED);
     if (i) {
         uint32_t *end = &r->launch_ends[(i - 1) % GVM_REGION_LAUNCHES];
-        if (now - __atomic_load_n(end, __ATOMIC_RELAXED) <= run_gap()) {
+        if (now - __atomic_load_n(end, __ATOMIC_RELAXED) <= gap) {
             __atomic_store_n(end, now, __ATOMIC_RELAXED);   /* the run goes on */
             return;
         }
@@ -145,8 +145,9 @@ void gvm_recur_launch(struct gvm_region *const *used, int n)
     if (!__atomic_load_n(&learning, __ATOMIC_RELAXED)) return;
     uint32_t now = __atomic_add_fetch(&launch_no, 1, __ATOMIC_RELAXED);
     uint64_t sig = 1;
+    uint32_t gap = run_gap();
     for (int i = 0; i < n; i++) {
-        note_use(used[i], now);
+        note_use(used[i], now, gap);
         sig = mix(sig, GVM_LOAD(used[i]->base));
     }
     sig |= 1;   /* never 0, an empty slot */
