@@ -9,6 +9,9 @@
 #include "core/stats.h"
 #include "core/topo.h"
 
+#include <string.h>
+#include <time.h>
+
 /* What a move is, as the trace names it. */
 static const char *reason(unsigned how)
 {
@@ -233,26 +236,44 @@ static void give_back(struct gvm_region *r, int loc, unsigned how, CUresult rc)
 
 /* The lazy halves of a swap: regions leaving unmapped, and `in` when it
  * comes from its shelf, each begun before the mapped moves run (both
- * directions then share the copy engines) and ended after them. */
+ * directions then share the copy engines) and ended after them. A lazy
+ * `in` takes the device memory of those leaving unmapped as their copies
+ * finish (core/shelf.h, hand-off), so it needs room for one unit only. */
 struct lazy_half {
-    struct gvm_shelf_op *put, take;   /* put[i] for req[i] where shelve[i] */
+    struct gvm_shelf_op *put, take;   /* put[i] for req[i] where shelve[i], else zeroed */
     bool taking;
+    double t[4];                      /* begun, puts issued, take issued, ended (ms; debug) */
+    int handed;                       /* units the puts handed to the take */
 };
+
+static double now_ms(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
 
 static void lazy_begin(struct lazy_half *h, struct gvm_move_req *req, const bool *shelve, int n,
                        struct gvm_move_req *in)
 {
-    for (int i = 0; i < n; i++)
-        if (shelve[i]) gvm_shelf_put_begin(&h->put[i], req[i].r, true, true, req[i].why);
     h->taking = lazy(in->r);
-    if (h->taking) gvm_shelf_take_begin(&h->take, in->r, in->loc, in->why);
+    h->t[0] = now_ms();
+    memset(h->put, 0, (size_t)n * sizeof *h->put);
+    for (int i = 0; i < n; i++)
+        if (shelve[i]) gvm_shelf_put_begin(&h->put[i], req[i].r, true, true, h->taking, req[i].why);
+    h->t[1] = now_ms();
+    if (h->taking) gvm_shelf_take_begin(&h->take, in->r, in->loc, in->why, h->put, n);
+    h->t[2] = now_ms();
 }
 
 static void lazy_end(struct lazy_half *h, struct gvm_move_req *req, const bool *shelve, int n,
                      struct gvm_move_req *in)
 {
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        h->handed += h->put[i].released;
         if (shelve[i]) req[i].rc = counted(req[i].r, req[i].loc, gvm_shelf_put_end(&h->put[i]));
+    }
+    h->t[3] = now_ms();
     if (!h->taking) return;
     in->rc = gvm_shelf_take_end(&h->take);
     /* Its memory may have been what leaves now. */
@@ -298,6 +319,8 @@ int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const 
     gvm_move_lanes(mapped, nm, &back, h.taking ? 0 : 1);
     lazy_end(&h, req, shelve, n, &back);
     gvm_capture_restore(mode);
+    gvm_debug("swap of %#lx: puts issued %.2f ms, take issued %.2f (%d units handed to it), mapped moves and "
+              "ends %.2f", (unsigned long)in->base, h.t[1] - h.t[0], h.t[2] - h.t[1], h.handed, now_ms() - h.t[2]);
     for (int i = 0, j = 0; i < n; i++)
         if (!shelve[i]) req[i].rc = mapped[j++].rc;
     int gone = 0;

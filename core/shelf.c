@@ -38,24 +38,44 @@ static int copier_of(const struct gvm_region *r, const struct gvm_block *b)
     return b->phys->loc >= 0 ? b->phys->loc : r->device;
 }
 
+/* Marks the end of unit u's copies on s (the context pushed). An event
+ * the driver will not make ends the hand-off there: the rest of the
+ * region leaves at put_end, as without one. */
+static void mark_unit(struct gvm_shelf_op *op, int u, CUstream s)
+{
+    CUevent ev = NULL;
+    if (DRV(cuEventCreate, &ev, CU_EVENT_DISABLE_TIMING) == CUDA_SUCCESS) {
+        if (DRV(cuEventRecord, ev, s) == CUDA_SUCCESS) {
+            op->unit_done[u] = ev;
+            return;
+        }
+        DRV(cuEventDestroy_v2, ev);
+    }
+    op->nunits = u;
+}
+
 /* Issues the copies of every block through the region's own addresses
  * into the pieces' staging mappings; the devices whose streams carry them
- * are added to *streams (put_end waits for them, also after a failure:
- * the pieces go back to the pool afterwards). */
-static CUresult copy_out(struct gvm_region *r, struct gvm_phys *const *pieces, uint32_t *streams)
+ * are added to op->streams (put_end waits for them, also after a failure:
+ * the pieces go back to the pool afterwards). A hand-off marks the end of
+ * each unit. */
+static CUresult copy_out(struct gvm_shelf_op *op)
 {
+    struct gvm_region *r = op->r;
+    struct gvm_phys *const *pieces = op->pieces;
     CUresult rc = CUDA_SUCCESS;
-    int k = 0;
+    int k = 0, u = 0;
     for (int i = 0; i < r->nblocks && rc == CUDA_SUCCESS;) {
         int dev = copier_of(r, &r->blocks[i]);
         CUstream s = NULL;
         if ((rc = gvm_topo_push(dev)) != CUDA_SUCCESS) break;
-        if ((rc = gvm_topo_stream(dev, GVM_OUT_OF, &s)) == CUDA_SUCCESS) *streams |= 1u << dev;
+        if ((rc = gvm_topo_stream(dev, GVM_OUT_OF, &s)) == CUDA_SUCCESS) op->streams |= 1u << dev;
         for (; rc == CUDA_SUCCESS && i < r->nblocks && copier_of(r, &r->blocks[i]) == dev; i++) {
             const struct gvm_block *b = &r->blocks[i];
             for (size_t o = 0; rc == CUDA_SUCCESS && o < b->size; o += pieces[k++]->size)
                 rc = DRV(cuMemcpyDtoDAsync_v2, pieces[k]->staging, (CUdeviceptr)(r->base + b->off + o),
                          pieces[k]->size, s);
+            if (rc == CUDA_SUCCESS && u < op->nunits && op->unit_end[u] == i + 1) mark_unit(op, u++, s);
         }
         gvm_topo_pop();
     }
@@ -79,14 +99,14 @@ static CUresult wait_streams(uint32_t streams, int dir)
     return rc;
 }
 
-/* Unmaps every block, keeping its piece in old[i]; a failure maps back
- * those already unmapped. */
-static CUresult unmap_blocks(struct gvm_region *r, struct gvm_phys **old)
+/* Unmaps blocks [b0, b1), keeping each piece in old[i]; a failure maps
+ * back those already unmapped. */
+static CUresult unmap_range(struct gvm_region *r, struct gvm_phys **old, int b0, int b1)
 {
-    for (int i = 0; i < r->nblocks; i++) {
+    for (int i = b0; i < b1; i++) {
         CUresult rc = gvm_region_unmap_block(r, i, &old[i]);
         if (rc == CUDA_SUCCESS) continue;
-        while (i-- > 0)
+        while (i-- > b0)
             if (gvm_region_map_block(r, i, old[i]) != CUDA_SUCCESS) {
                 gvm_error("cannot map %#lx back after a failed pause: that piece of it is lost",
                           (unsigned long)(r->base + r->blocks[i].off));
@@ -108,9 +128,15 @@ static CUresult get_pieces(int loc, const size_t *sizes, int n, struct gvm_phys 
 
 static void op_free(struct gvm_shelf_op *op)
 {
+    for (int u = 0; op->unit_done && u < op->r->nblocks; u++)
+        if (op->unit_done[u]) DRV(cuEventDestroy_v2, op->unit_done[u]);
+    free(op->unit_end);
+    free(op->unit_done);
     free(op->sizes);
     free(op->pieces);
     free(op->old);
+    op->unit_end = NULL;
+    op->unit_done = NULL;
     op->sizes = NULL;
     op->pieces = NULL;
     op->old = NULL;
@@ -123,10 +149,117 @@ static void trace_op(const struct gvm_shelf_op *op, int to)
                        op->rc == CUDA_SUCCESS);
 }
 
-void gvm_shelf_put_begin(struct gvm_shelf_op *op, struct gvm_region *r, bool quiesced, bool spill, const char *why)
+/* ---- hand-off -------------------------------------------------------------
+ *
+ * In a swap the region coming in needed room for all of itself beside the
+ * regions leaving, whose memory went back only once their copies were all
+ * done: on the read loop at 1.25x the limit that room was 128 MiB of
+ * the device's slots (30 weights resident where 31 fit; natively the loop
+ * runs at 1.32x the bound with 31 and 1.47x with 30, scripts/probe
+ * overlap.py, one H100, 2026-11-26). A put begun with hand-off instead
+ * gives its device memory to the take unit by unit (a unit: blocks of at
+ * least the block size, each block one host piece, all on one device), as
+ * soon as the unit's copy is done, so a swap needs room for one unit and
+ * the copies of both directions still overlap. The contents of a handed
+ * unit then live only in its host pieces until put_end; a put that fails
+ * after that copies them back (restore_block). */
+
+/* Units of at least cap bytes, where the put may hand off at all. */
+static void plan_units(struct gvm_shelf_op *op, size_t cap)
+{
+    struct gvm_region *r = op->r;
+    op->dev = -1;
+    if (!r->nblocks || op->n != r->nblocks || !r->blocks[0].phys) return;
+    int dev = r->blocks[0].phys->loc;
+    for (int i = 0; i < r->nblocks; i++)
+        if (!r->blocks[i].phys || r->blocks[i].phys->loc != dev) return;
+    if (dev < 0) return;
+    op->unit_end = calloc((size_t)r->nblocks, sizeof *op->unit_end);
+    op->unit_done = calloc((size_t)r->nblocks, sizeof *op->unit_done);
+    if (!op->unit_end || !op->unit_done) return;   /* op_free frees either */
+    size_t bytes = 0;
+    for (int i = 0; i < r->nblocks; i++) {
+        bytes += r->blocks[i].size;
+        if (bytes >= cap || i + 1 == r->nblocks) {
+            op->unit_end[op->nunits++] = i + 1;
+            bytes = 0;
+        }
+    }
+    op->dev = dev;
+}
+
+/* Frees room at dev for a take: the device memory of the next unit of
+ * the swap's puts whose copy is done (waited for). False when none is
+ * left; a put whose unit cannot leave fails (put_end restores it). */
+static bool hand_off(struct gvm_shelf_op *puts, int n, int dev)
+{
+    for (int i = 0; i < n; i++) {
+        struct gvm_shelf_op *o = &puts[i];
+        if (!o->r || o->rc != CUDA_SUCCESS || o->dev != dev || o->released >= o->nunits) continue;
+        int b1 = o->unit_end[o->released];
+        CUresult rc = DRV(cuEventSynchronize, o->unit_done[o->released]);
+        if (rc == CUDA_SUCCESS) rc = unmap_range(o->r, o->old, o->handed, b1);
+        if (rc != CUDA_SUCCESS) {
+            o->rc = rc;
+            continue;
+        }
+        for (int b = o->handed; b < b1; b++) {
+            gvm_phys_put(o->old[b]);
+            o->old[b] = NULL;
+        }
+        o->handed = b1;
+        o->released++;
+        return true;
+    }
+    return false;
+}
+
+/* Copies host piece h into device piece p (both staged), and waits. */
+static CUresult copy_back(struct gvm_phys *p, struct gvm_phys *h, int dev)
+{
+    CUstream s = NULL;
+    CUresult rc = gvm_topo_push(dev);
+    if (rc != CUDA_SUCCESS) return rc;
+    if ((rc = gvm_topo_stream(dev, GVM_INTO, &s)) == CUDA_SUCCESS)
+        rc = DRV(cuMemcpyDtoDAsync_v2, p->staging, h->staging, h->size, s);
+    if (s) {
+        CUresult done = DRV(cuStreamSynchronize, s);
+        if (rc == CUDA_SUCCESS) rc = done;
+    }
+    gvm_topo_pop();
+    return rc;
+}
+
+/* Block i of a failed put, handed off, gets its contents back at its
+ * addresses: in fresh device memory, or, when the device has no room
+ * left for it (the take holds it), its host piece mapped in place, as a
+ * spill that maps leaves memory: readable at every address either way. */
+static void restore_block(struct gvm_shelf_op *op, int i)
+{
+    struct gvm_region *r = op->r;
+    struct gvm_phys *h = op->pieces[i], *p = NULL;   /* one piece per block in a hand-off */
+    CUresult rc = get_pieces(op->dev, &r->blocks[i].size, 1, &p);
+    if (rc == CUDA_SUCCESS) rc = copy_back(p, h, op->dev);
+    if (rc == CUDA_SUCCESS) rc = gvm_region_map_block(r, i, p);
+    if (rc == CUDA_SUCCESS) return;
+    if (p) gvm_phys_put(p);
+    if (gvm_region_map_block(r, i, h) == CUDA_SUCCESS) {
+        op->pieces[i] = NULL;   /* the region's now */
+        gvm_warn("%#lx+%zu stays in host memory after a failed spill (driver error %d)", (unsigned long)r->base,
+                 r->blocks[i].off, rc);
+        return;
+    }
+    gvm_error("cannot put %#lx+%zu back after a failed spill: that piece of it is lost", (unsigned long)r->base,
+              r->blocks[i].off);
+}
+
+/* ---- put and take ---------------------------------------------------------- */
+
+void gvm_shelf_put_begin(struct gvm_shelf_op *op, struct gvm_region *r, bool quiesced, bool spill, bool hand_off,
+                         const char *why)
 {
     *op = (struct gvm_shelf_op){
-        .r = r, .why = why, .spill = spill, .t0 = gvm_trace_now(), .from = gvm_region_location(r)};
+        .r = r, .why = why, .spill = spill, .t0 = gvm_trace_now(), .from = gvm_region_location(r), .dev = -1};
     size_t cap = piece_cap();
     op->n = cut_blocks(r, cap, NULL);
     op->sizes = calloc((size_t)op->n + 1, sizeof *op->sizes);
@@ -135,12 +268,13 @@ void gvm_shelf_put_begin(struct gvm_shelf_op *op, struct gvm_region *r, bool qui
     CUresult rc = op->sizes && op->pieces && op->old ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
     if (rc == CUDA_SUCCESS) {
         cut_blocks(r, cap, op->sizes);
+        if (hand_off) plan_units(op, cap);
         /* A kernel still writing the region would write after the copy. */
         if (!quiesced) rc = gvm_topo_quiesce();
     }
     if (rc == CUDA_SUCCESS) rc = get_pieces(GVM_LOC_HOST, op->sizes, op->n, op->pieces);
     if (rc == CUDA_SUCCESS) op->got = true;
-    if (rc == CUDA_SUCCESS) rc = copy_out(r, op->pieces, &op->streams);
+    if (rc == CUDA_SUCCESS) rc = copy_out(op);
     op->rc = rc;
 }
 
@@ -149,13 +283,15 @@ CUresult gvm_shelf_put_end(struct gvm_shelf_op *op)
     struct gvm_region *r = op->r;
     CUresult done = wait_streams(op->streams, GVM_OUT_OF);
     if (op->rc == CUDA_SUCCESS) op->rc = done;
-    if (op->rc == CUDA_SUCCESS) op->rc = unmap_blocks(r, op->old);
+    if (op->rc == CUDA_SUCCESS) op->rc = unmap_range(r, op->old, op->handed, r->nblocks);
     if (op->rc == CUDA_SUCCESS) {
-        for (int i = 0; i < r->nblocks; i++) gvm_phys_put(op->old[i]);
+        for (int i = op->handed; i < r->nblocks; i++) gvm_phys_put(op->old[i]);
         gvm_region_set_shelf(r, op->pieces, op->n, op->spill);
         op->pieces = NULL;
     } else if (op->got) {
-        for (int k = 0; k < op->n; k++) gvm_phys_put(op->pieces[k]);
+        for (int i = 0; i < op->handed; i++) restore_block(op, i);
+        for (int k = 0; k < op->n; k++)
+            if (op->pieces[k]) gvm_phys_put(op->pieces[k]);
     }
     trace_op(op, GVM_LOC_HOST);
     op_free(op);
@@ -165,19 +301,29 @@ CUresult gvm_shelf_put_end(struct gvm_shelf_op *op)
 CUresult gvm_shelf_put(struct gvm_region *r, bool quiesced, bool spill, const char *why)
 {
     struct gvm_shelf_op op;
-    gvm_shelf_put_begin(&op, r, quiesced, spill, why);
+    gvm_shelf_put_begin(&op, r, quiesced, spill, false, why);
     return gvm_shelf_put_end(&op);
+}
+
+size_t gvm_shelf_swap_room(size_t need)
+{
+    size_t unit = piece_cap();
+    return need < unit ? need : unit;
 }
 
 /* Fresh memory for block i, filled from the shelf pieces from *k on and
  * mapped at the region's addresses (the copy may still run: nothing reads
  * the region before the take returns). A block still mapped (a rollback
  * that could not unmap it) keeps its piece. */
-static CUresult take_block(struct gvm_region *r, int i, int dev, CUstream s, int *k)
+static CUresult take_block(struct gvm_shelf_op *op, int i, CUstream s, int *k)
 {
+    struct gvm_region *r = op->r;
     struct gvm_block *b = &r->blocks[i];
     struct gvm_phys *p = NULL;
+    int dev = op->dev;
     CUresult rc = b->phys ? CUDA_SUCCESS : get_pieces(dev, &b->size, 1, &p);
+    while (rc == CUDA_ERROR_OUT_OF_MEMORY && hand_off(op->puts, op->nputs, dev))
+        rc = get_pieces(dev, &b->size, 1, &p);
     for (size_t o = 0; o < b->size && *k < r->nshelf; o += r->shelf[(*k)++]->size)
         if (rc == CUDA_SUCCESS && p)
             rc = DRV(cuMemcpyDtoDAsync_v2, p->staging + o, r->shelf[*k]->staging, r->shelf[*k]->size, s);
@@ -203,16 +349,18 @@ static void untake(struct gvm_region *r, int n)
     }
 }
 
-void gvm_shelf_take_begin(struct gvm_shelf_op *op, struct gvm_region *r, int dev, const char *why)
+void gvm_shelf_take_begin(struct gvm_shelf_op *op, struct gvm_region *r, int dev, const char *why,
+                          struct gvm_shelf_op *puts, int nputs)
 {
-    *op = (struct gvm_shelf_op){.r = r, .why = why, .t0 = gvm_trace_now(), .from = GVM_LOC_HOST, .dev = dev};
+    *op = (struct gvm_shelf_op){
+        .r = r, .why = why, .t0 = gvm_trace_now(), .from = GVM_LOC_HOST, .dev = dev, .puts = puts, .nputs = nputs};
     CUstream s = NULL;
     CUresult rc = gvm_topo_push(dev);
     if (rc == CUDA_SUCCESS) {
         if ((rc = gvm_topo_stream(dev, GVM_INTO, &s)) == CUDA_SUCCESS) op->streams = 1u << dev;
         int k = 0;
         for (; rc == CUDA_SUCCESS && op->mapped < r->nblocks; op->mapped++)
-            if ((rc = take_block(r, op->mapped, dev, s, &k)) != CUDA_SUCCESS) break;
+            if ((rc = take_block(op, op->mapped, s, &k)) != CUDA_SUCCESS) break;
         gvm_topo_pop();
     }
     op->rc = rc;
@@ -234,7 +382,7 @@ CUresult gvm_shelf_take_end(struct gvm_shelf_op *op)
 CUresult gvm_shelf_take(struct gvm_region *r, int dev, const char *why)
 {
     struct gvm_shelf_op op;
-    gvm_shelf_take_begin(&op, r, dev, why);
+    gvm_shelf_take_begin(&op, r, dev, why, NULL, 0);
     return gvm_shelf_take_end(&op);
 }
 

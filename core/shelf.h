@@ -24,7 +24,7 @@ struct gvm_shelf_op {
     struct gvm_region *r;
     const char *why;             /* as the trace names it */
     uint64_t t0;
-    int from, dev;
+    int from, dev;               /* put: dev is where all its blocks are (-1: several places) */
     int n;                       /* put: the pieces */
     size_t *sizes;
     struct gvm_phys **pieces, **old;
@@ -32,6 +32,15 @@ struct gvm_shelf_op {
     bool spill;                  /* put: a lazy spill (else a pause) */
     int mapped;                  /* take: blocks mapped so far */
     uint32_t streams;            /* devices whose copy streams carry its copies */
+    /* put with hand-off: its blocks in units, each with an event after its
+     * copies; the first `handed` blocks (`released` units) already gave
+     * their device memory to the take of the same swap. */
+    int nunits, released, handed;
+    int *unit_end;               /* the block past each unit */
+    CUevent *unit_done;
+    /* take: the swap's puts whose device memory it may take (hand-off). */
+    struct gvm_shelf_op *puts;
+    int nputs;
     CUresult rc;
 };
 
@@ -40,15 +49,31 @@ struct gvm_shelf_op {
  * a lazy spill (region.h, shelf_spill), else a pause. On failure
  * r is as it was (mapped, contents in place) and nothing is held. */
 CUresult gvm_shelf_put(struct gvm_region *r, bool quiesced, bool spill, const char *why);
-void gvm_shelf_put_begin(struct gvm_shelf_op *op, struct gvm_region *r, bool quiesced, bool spill, const char *why);
+/* `hand_off`: a take of the same swap may take r's device memory unit by
+ * unit as its copies finish, before put_end (gvm_shelf_take_begin). On
+ * failure a block already handed off gets fresh device memory and its
+ * copy back, or, when the device has no room left for it, its host piece
+ * mapped in place: the contents stay in place either way. */
+void gvm_shelf_put_begin(struct gvm_shelf_op *op, struct gvm_region *r, bool quiesced, bool spill, bool hand_off,
+                         const char *why);
 CUresult gvm_shelf_put_end(struct gvm_shelf_op *op);
 
 /* Maps fresh memory on dev at r's addresses and copies the shelved
  * contents into it; the host pieces go back to the pool. On failure r is
  * still shelved, its copy intact. */
 CUresult gvm_shelf_take(struct gvm_region *r, int dev, const char *why);
-void gvm_shelf_take_begin(struct gvm_shelf_op *op, struct gvm_region *r, int dev, const char *why);
+/* puts[0..nputs): the puts of the same swap begun with hand_off (zeroed
+ * entries are skipped). A block that does not fit under dev's cap waits
+ * for the next unit of theirs whose copy is done and takes its memory:
+ * the swap then needs room for one unit, not for the whole region, and
+ * both directions still copy at once. */
+void gvm_shelf_take_begin(struct gvm_shelf_op *op, struct gvm_region *r, int dev, const char *why,
+                          struct gvm_shelf_op *puts, int nputs);
 CUresult gvm_shelf_take_end(struct gvm_shelf_op *op);
+
+/* The room a lazy swap bringing in `need` bytes needs to copy both ways
+ * at once: one unit (the block size), as the puts hand off the rest. */
+size_t gvm_shelf_swap_room(size_t need);
 
 /* Maps the shelf's pieces at r's addresses: r is then host memory that
  * every pointer reaches, as a spill that maps it leaves it. On failure r

@@ -17,6 +17,7 @@
 #include "core/log.h"
 #include "core/phys.h"
 #include "core/relocate.h"
+#include "core/shelf.h"
 #include "core/stats.h"
 #include "core/topo.h"
 #include "policy/policy.h"
@@ -94,8 +95,10 @@ static bool plan(const struct gvm_config *cfg, int device, struct request *q)
     if (!period) return false;
     struct gvm_region *in = next_in(device, period, &in_next);
     if (!in || in_next == GVM_RECUR_NEVER) return false;   /* nothing the loop needs soon */
-    size_t need = GVM_LOAD(in->mapped), room = gvm_policy_room(device);
-    if (room < need && gvm_phys_pooled(device) < need - room) return false;   /* no room kept for a swap */
+    /* The regions leaving hand their memory to `in` as they go: room for
+     * one unit is enough (core/shelf.h). */
+    size_t need = GVM_LOAD(in->mapped), room = gvm_policy_room(device), margin = gvm_shelf_swap_room(need);
+    if (room < margin && gvm_phys_pooled(device) < margin - room) return false;   /* no room kept for a swap */
     /* The launch's own regions may leave: it is queued, and the swap waits
      * for it; in a sweep the weight just read is the one needed last. */
     struct gvm_victims v = {0};

@@ -11,6 +11,7 @@
 #include "core/move.h"
 #include "core/phys.h"
 #include "core/relocate.h"
+#include "core/shelf.h"
 #include "core/topo.h"
 #include "policy/policy.h"
 #include "policy/prefetch.h"
@@ -144,7 +145,9 @@ CUresult gvm_spill_down_to(int device, size_t limit, size_t *moved)
  * pattern gets across the link (a GEMM: 13 GB/s of 55, H100 PCIe 5): a
  * swap moves the same bytes at the link's speed. The device never holds
  * more than its limit (core/held.h), so the incoming region needs room
- * before it comes: what must leave for it leaves first. Then it comes in
+ * before it comes: what must leave for it leaves first, or, with lazy
+ * spills, within the swap, handing its memory over unit by unit as its
+ * copy finishes (core/shelf.h). Then it comes in
  * while as many bytes again leave, the two directions at once on the copy
  * engines (core/relocate.h, gvm_relocate_swap): that is the room the next
  * swap starts with, so in a loop that sweeps more than fits every swap
@@ -156,10 +159,16 @@ CUresult gvm_spill_down_to(int device, size_t limit, size_t *moved)
 
 static size_t add_sat(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
 
-/* Victims for a swap of `need` bytes with `room` free: ideally `need` more
- * than the deficit; at least the deficit. Returns how many of v must leave
- * before the incoming region can come (they cover the deficit), or -1 when
- * the device cannot make room. */
+/* The room a swap of `need` bytes should find on the device so that both
+ * directions copy at once: with lazy spills one unit, since the regions
+ * leaving hand their memory to the one coming in as their copies finish
+ * (core/shelf.h); else all of it. */
+static size_t swap_margin(size_t need) { return lazy_flag() ? gvm_shelf_swap_room(need) : need; }
+
+/* Victims for a swap of `need` bytes with `room` free: ideally the margin
+ * the next swap needs more than the deficit; at least the deficit. Returns
+ * how many of v must leave before the incoming region can come (they cover
+ * the deficit), or -1 when the device cannot make room. */
 static long pick_victims(struct gvm_region *r, size_t need, size_t room, bool may_evict, struct gvm_region *const *used,
                          int n, struct gvm_victims *v)
 {
@@ -171,7 +180,8 @@ static long pick_victims(struct gvm_region *r, size_t need, size_t room, bool ma
      * raised (gvmctl set), spilled data comes back without sending other
      * data out (GPU test gvmctl-live, 2026-11-23: each swap-in evicted one
      * region, and the device stayed at the old limit). */
-    size_t after = room > need ? room - need : 0, short_by = need > after ? need - after : 0;
+    size_t after = room > need ? room - need : 0, margin = swap_margin(need),
+           short_by = margin > after ? margin - after : 0;
     size_t want = gvm_victims_more_spilled(device, r) ? add_sat(deficit, short_by) : deficit;
     if (!want) return 0;
     if (!gvm_victims_for_swap(device, want, since, used, n, v)) {
@@ -181,6 +191,18 @@ static long pick_victims(struct gvm_region *r, size_t need, size_t room, bool ma
     size_t first = 0, got = 0;
     while (first < v->n && got < deficit) got += GVM_LOAD(v->v[first++].r->mapped);
     return (long)first;
+}
+
+/* Whether the victims v[0..first), which cover the deficit, can leave
+ * within r's swap instead of before it: r comes from its shelf and they
+ * go to host unmapped, so they hand their memory to r as their copies
+ * finish, and the copies of both directions overlap. */
+static bool deficit_in_swap(struct gvm_region *r, const struct gvm_victims *v, size_t first, int device)
+{
+    if (!lazy_flag() || !GVM_LOAD(r->shelf_spill)) return false;
+    for (size_t i = 0; i < first; i++)
+        if (pick_target(device, GVM_LOAD(v->v[i].r->mapped)) != GVM_LOC_HOST) return false;
+    return true;
 }
 
 /* The victims v[from..] with a target, for gvm_relocate_swap. */
@@ -210,6 +232,7 @@ static void swap_in(struct gvm_region *r, bool may_evict, struct gvm_region *con
         return;   /* nothing may leave: the kernel reads it where it is */
     }
     double t1 = ms_now();
+    if (first > 0 && deficit_in_swap(r, &v, (size_t)first, device)) first = 0;
     int gone = 0;
     for (long i = 0; i < first; i++) gone += evict(v.v[i].r, device, GVM_RELOC_QUIESCED);
     double t2 = ms_now();

@@ -901,12 +901,24 @@ static void failure_while_spilling_keeps_data(void)
 /* Caches and pools at their defaults: the limit must hold them too. */
 static void idle_memory_default_limited(struct gvm_settings *s) { limits_from_cfg(s); }
 
-static void start_limited(const char *const *kv)
+static void start_limited_with(const char *const *kv, void (*tune)(struct gvm_settings *))
 {
     gvm_config_defaults(&cfg);
     for (; kv && kv[0]; kv += 2) set(kv[0], kv[1]);
-    sim_start(2, 512 * MiB, idle_memory_default_limited);
+    sim_start(2, 512 * MiB, tune);
     CHECK_EQ(gvm_policy_start(&cfg), CUDA_SUCCESS);
+}
+
+static void start_limited(const char *const *kv) { start_limited_with(kv, idle_memory_default_limited); }
+
+/* The limits and the piece sizes of cfg, as a run under the shim has them. */
+static void blocks_limited(struct gvm_settings *s)
+{
+    struct gvm_settings p;
+    gvm_policy_settings(&cfg, &gvm_topo, &p);
+    memcpy(s->hold_limit, p.hold_limit, sizeof s->hold_limit);
+    s->block_size = p.block_size;
+    s->grow_block = p.grow_block;
 }
 
 /* Samples the simulated device's physical bytes while the test runs. */
@@ -1517,19 +1529,23 @@ static void freeing_lazily_spilled_memory_releases_it(void)
 
 /* A driver call failing anywhere in a two-way swap, and (lazy) in mapping a
  * lazily spilled region in place: every buffer keeps its data, the device
- * never holds more than its limit, nothing leaks. */
-static void two_way_swap_failures(bool lazy)
+ * never holds more than its limit, nothing leaks. `hand_off`: buffers of
+ * three 2 MiB blocks, two of which fit beside a one-block margin, so the
+ * regions leaving hand their blocks to the one coming in mid-swap (and a
+ * failure after that puts handed blocks back from host). */
+static void two_way_swap_failures(bool lazy, bool hand_off)
 {
     gvm_log_set_level(GVM_LOG_ERROR);
     const char *kv[] = {"device_limit", "0:16M", "spill", "host", "promote_interval", "3600s",
-                        "spill_host_map", lazy ? "lazy" : "eager", NULL};
-    start_limited(kv);
+                        "block_size", hand_off ? "2M" : "64M", "spill_host_map", lazy ? "lazy" : "eager", NULL};
+    const size_t size = hand_off ? 6 * MiB : 4 * MiB;
+    start_limited_with(kv, hand_off ? blocks_limited : idle_memory_default_limited);
     struct leaks base = leaks_now();
     for (unsigned long k = 1; k < 600; k++) {
         uintptr_t w[6];
         for (int i = 0; i < 6; i++) {
-            w[i] = palloc(4 * MiB);
-            fill(w[i], 4 * MiB, 70 + i);
+            w[i] = palloc(size);
+            fill(w[i], size, 70 + i);
             touch(w[i]);
         }
         CHECK_EQ(where(w[0]), GVM_HOST);
@@ -1546,7 +1562,7 @@ static void two_way_swap_failures(bool lazy)
         simcuda_fail_nth(k, CUDA_ERROR_ILLEGAL_STATE);
         use_mapped(w[1]);   /* lazy: mapping it in place fails at call k, then succeeds */
         simcuda_fail_nth(0, CUDA_SUCCESS);
-        for (int i = 0; i < 6; i++) CHECK(intact_used(w[i], 4 * MiB, 70 + (uint32_t)i));
+        for (int i = 0; i < 6; i++) CHECK(intact_used(w[i], size, 70 + (uint32_t)i));
         CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
         for (int i = 0; i < 6; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
         CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED), 0u);
@@ -1556,8 +1572,78 @@ static void two_way_swap_failures(bool lazy)
     CHECK(0);
 }
 
-static void failure_during_a_two_way_swap_keeps_data(void) { two_way_swap_failures(false); }
-static void failure_during_a_lazy_swap_keeps_data(void) { two_way_swap_failures(true); }
+static void failure_during_a_two_way_swap_keeps_data(void) { two_way_swap_failures(false, false); }
+static void failure_during_a_lazy_swap_keeps_data(void) { two_way_swap_failures(true, false); }
+static void failure_during_a_hand_off_keeps_data(void) { two_way_swap_failures(true, true); }
+
+/* A swap whose put fails after handing blocks off: the first handed block
+ * cannot get its copy back into device memory either (its copy fails too),
+ * so its host piece is mapped in place; the other gets fresh device memory.
+ * Every buffer keeps its data at its addresses, the limit holds, nothing
+ * leaks. */
+static void a_failed_hand_off_puts_blocks_back(void)
+{
+    gvm_log_set_level(GVM_LOG_ERROR);
+    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "spill_host_map", "lazy", "block_size", "2M",
+                        "promote_interval", "3600s", NULL};
+    start_limited_with(kv, blocks_limited);
+    struct leaks base = leaks_now();
+    uintptr_t w[5];
+    for (int i = 0; i < 5; i++) {
+        w[i] = palloc(6 * MiB);
+        fill(w[i], 6 * MiB, 170 + (uint32_t)i);
+        touch(w[i]);
+    }
+    CHECK_EQ(simcuda_location_of(w[0]), SIMCUDA_LOC_UNMAPPED);
+    struct gvm_region *r = gvm_heap_region(w[0]);
+    /* The put's wait, then the first restore's copy. */
+    simcuda_fail_calls("cuStreamSynchronize", 1, 2, CUDA_ERROR_LAUNCH_FAILED);
+    gvm_policy_before_launch(&r, 1);
+    simcuda_fail_calls("cuStreamSynchronize", 0, 0, CUDA_SUCCESS);
+    CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
+    int mixed = 0;
+    for (int i = 0; i < 5; i++) mixed += where(w[i]) == GVM_MIXED;
+    CHECK_EQ(mixed, 1);
+    for (int i = 0; i < 5; i++) CHECK(intact_used(w[i], 6 * MiB, 170 + (uint32_t)i));
+    CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
+    for (int i = 0; i < 5; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
+    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED), 0u);
+    CHECK_NO_LEAK(base);
+}
+
+/* A lazy sweep keeps a margin of one block, not of one buffer: the buffers
+ * leaving hand their blocks to the one coming in as their copies finish.
+ * Buffers of three 2 MiB blocks under a 16M limit: two stay on the device
+ * beside the 2 MiB margin at every launch (with a whole buffer's margin
+ * one would), the limit holds, the data survives, nothing leaks. */
+static void a_lazy_swap_needs_room_for_one_block(void)
+{
+    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "spill_host_map", "lazy", "block_size", "2M",
+                        "promote_interval", "3600s", NULL};
+    start_limited_with(kv, blocks_limited);
+    struct leaks base = leaks_now();
+    uintptr_t w[5];
+    for (int i = 0; i < 5; i++) {
+        w[i] = palloc(6 * MiB);
+        fill(w[i], 6 * MiB, 150 + (uint32_t)i);
+    }
+    for (int sweep = 0; sweep < 4; sweep++) {
+        for (int i = 0; i < 5; i++) {
+            struct gvm_region *r = gvm_heap_region(w[i]);
+            gvm_policy_before_launch(&r, 1);
+            touch(w[i]);
+            CHECK_EQ(simcuda_location_of(w[i]), 0);
+            CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
+            int resident = 0;
+            for (int j = 0; j < 5; j++) resident += simcuda_location_of(w[j]) == 0;
+            if (sweep > 0) CHECK_EQ(resident, 2);
+        }
+    }
+    for (int i = 0; i < 5; i++) CHECK(intact_used(w[i], 6 * MiB, 150 + (uint32_t)i));
+    for (int i = 0; i < 5; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
+    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED), 0u);
+    CHECK_NO_LEAK(base);
+}
 
 /* ---- prefetch ------------------------------------------------------------- */
 
@@ -1794,6 +1880,9 @@ static const struct test_case cases[] = {
     TEST_ENTRY(operations_on_lazily_spilled_memory)
     TEST_ENTRY(freeing_lazily_spilled_memory_releases_it)
     TEST_ENTRY(failure_during_a_lazy_swap_keeps_data)
+    TEST_ENTRY(failure_during_a_hand_off_keeps_data)
+    TEST_ENTRY(a_lazy_swap_needs_room_for_one_block)
+    TEST_ENTRY(a_failed_hand_off_puts_blocks_back)
     TEST_ENTRY(prefetch_swaps_in_what_the_sweep_needs_next)
     TEST_ENTRY(prefetch_keeps_what_every_launch_shares)
     TEST_ENTRY(prefetch_needs_lazy_spills)
