@@ -1530,20 +1530,22 @@ static void freeing_lazily_spilled_memory_releases_it(void)
 /* A driver call failing anywhere in a two-way swap, and (lazy) in mapping a
  * lazily spilled region in place: every buffer keeps its data, the device
  * never holds more than its limit, nothing leaks. `hand_off`: buffers of
- * three 2 MiB blocks, two of which fit beside a one-block margin, so the
- * regions leaving hand their blocks to the one coming in mid-swap (and a
- * failure after that puts handed blocks back from host). */
+ * two 2 MiB blocks under an 8 MiB limit, one of which fits beside a
+ * one-block margin, so the region leaving hands a block to the one coming
+ * in mid-swap (and a failure after that puts handed blocks back from
+ * host). */
 static void two_way_swap_failures(bool lazy, bool hand_off)
 {
     gvm_log_set_level(GVM_LOG_ERROR);
-    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "promote_interval", "3600s",
+    const char *kv[] = {"device_limit", hand_off ? "0:8M" : "0:16M", "spill", "host", "promote_interval", "3600s",
                         "block_size", hand_off ? "2M" : "64M", "spill_host_map", lazy ? "lazy" : "eager", NULL};
-    const size_t size = hand_off ? 6 * MiB : 4 * MiB;
+    const size_t limit = hand_off ? 8 * MiB : 16 * MiB, size = 4 * MiB;
+    const int n = hand_off ? 4 : 6;
     start_limited_with(kv, hand_off ? blocks_limited : idle_memory_default_limited);
     struct leaks base = leaks_now();
     for (unsigned long k = 1; k < 600; k++) {
         uintptr_t w[6];
-        for (int i = 0; i < 6; i++) {
+        for (int i = 0; i < n; i++) {
             w[i] = palloc(size);
             fill(w[i], size, 70 + i);
             touch(w[i]);
@@ -1557,14 +1559,14 @@ static void two_way_swap_failures(bool lazy, bool hand_off)
         gvm_policy_before_launch(&r, 1);
         bool fired = simcuda_call_count() - calls >= k;
         simcuda_fail_nth(0, CUDA_SUCCESS);
-        CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
+        CHECK(simcuda_phys_bytes(0) <= limit);
         if (!fired) CHECK(where(w[0]) == 0);   /* the whole swap ran */
         simcuda_fail_nth(k, CUDA_ERROR_ILLEGAL_STATE);
         use_mapped(w[1]);   /* lazy: mapping it in place fails at call k, then succeeds */
         simcuda_fail_nth(0, CUDA_SUCCESS);
-        for (int i = 0; i < 6; i++) CHECK(intact_used(w[i], size, 70 + (uint32_t)i));
-        CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
-        for (int i = 0; i < 6; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
+        for (int i = 0; i < n; i++) CHECK(intact_used(w[i], size, 70 + (uint32_t)i));
+        CHECK(simcuda_phys_bytes(0) <= limit);
+        for (int i = 0; i < n; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
         CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED), 0u);
         CHECK_NO_LEAK(base);
         if (!fired) return;
