@@ -1578,6 +1578,23 @@ static void failure_during_a_two_way_swap_keeps_data(void) { two_way_swap_failur
 static void failure_during_a_lazy_swap_keeps_data(void) { two_way_swap_failures(true, false); }
 static void failure_during_a_hand_off_keeps_data(void) { two_way_swap_failures(true, true); }
 
+/* Five buffers of three 2 MiB blocks under a 16 MiB limit with lazy
+ * spills: two fit beside a one-block margin, so each swap hands blocks
+ * over. Filled from seed; `touch`ed in order when asked. *base: the
+ * driver's objects before them. */
+static void start_hand_off(uintptr_t *w, uint32_t seed, bool touched, struct leaks *base)
+{
+    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "spill_host_map", "lazy", "block_size", "2M",
+                        "promote_interval", "3600s", NULL};
+    start_limited_with(kv, blocks_limited);
+    *base = leaks_now();
+    for (int i = 0; i < 5; i++) {
+        w[i] = palloc(6 * MiB);
+        fill(w[i], 6 * MiB, seed + (uint32_t)i);
+        if (touched) touch(w[i]);
+    }
+}
+
 /* A swap whose put fails after handing blocks off: the first handed block
  * cannot get its copy back into device memory either (its copy fails too),
  * so its host piece is mapped in place; the other gets fresh device memory.
@@ -1586,16 +1603,9 @@ static void failure_during_a_hand_off_keeps_data(void) { two_way_swap_failures(t
 static void a_failed_hand_off_puts_blocks_back(void)
 {
     gvm_log_set_level(GVM_LOG_ERROR);
-    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "spill_host_map", "lazy", "block_size", "2M",
-                        "promote_interval", "3600s", NULL};
-    start_limited_with(kv, blocks_limited);
-    struct leaks base = leaks_now();
     uintptr_t w[5];
-    for (int i = 0; i < 5; i++) {
-        w[i] = palloc(6 * MiB);
-        fill(w[i], 6 * MiB, 170 + (uint32_t)i);
-        touch(w[i]);
-    }
+    struct leaks base;
+    start_hand_off(w, 170, true, &base);
     CHECK_EQ(simcuda_location_of(w[0]), SIMCUDA_LOC_UNMAPPED);
     struct gvm_region *r = gvm_heap_region(w[0]);
     /* The put's wait, then the first restore's copy. */
@@ -1620,15 +1630,9 @@ static void a_failed_hand_off_puts_blocks_back(void)
  * one would), the limit holds, the data survives, nothing leaks. */
 static void a_lazy_swap_needs_room_for_one_block(void)
 {
-    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "spill_host_map", "lazy", "block_size", "2M",
-                        "promote_interval", "3600s", NULL};
-    start_limited_with(kv, blocks_limited);
-    struct leaks base = leaks_now();
     uintptr_t w[5];
-    for (int i = 0; i < 5; i++) {
-        w[i] = palloc(6 * MiB);
-        fill(w[i], 6 * MiB, 150 + (uint32_t)i);
-    }
+    struct leaks base;
+    start_hand_off(w, 150, false, &base);
     for (int sweep = 0; sweep < 4; sweep++) {
         for (int i = 0; i < 5; i++) {
             struct gvm_region *r = gvm_heap_region(w[i]);
