@@ -152,12 +152,12 @@ CUresult gvm_spill_down_to(int device, size_t limit, size_t *moved)
  * engines (core/relocate.h, gvm_relocate_swap): that is the room the next
  * swap starts with, so in a loop that sweeps more than fits every swap
  * after the first runs both ways at once. That room costs the device one
- * region's worth of capacity (with lazy spills one block: swap_margin;
- * on the read loop at 1.25x the limit 31 weights stay where 30 did, and a
- * step took 35.4 ms instead of 39.0 on an H100), so it is kept only while other spilled
- * regions wait to come in: a loop one buffer over the limit swaps one
- * buffer per sweep, serially, rather than two at once. One wait for the
- * program's queued work serves every move of the swap. */
+ * region's worth of capacity (with lazy spills one block: swap_margin; on
+ * the read loop at 1.25x the limit 31 weights stay where 30 did, and a
+ * step took 35.4 ms instead of 39.0 on an H100), so it is kept only while
+ * other spilled regions wait to come in: a loop one buffer over the limit
+ * swaps one buffer per sweep, serially, rather than two at once. One wait
+ * for the program's queued work serves every move of the swap. */
 
 static size_t add_sat(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
 
