@@ -489,7 +489,7 @@ def main():
             if st:
                 row.update({k: st.get(k, 0) for k in ("spills", "spilled_bytes", "promotions", "promoted_bytes",
                                                        "bytes_migrated", "migrations_failed", "launches_scanned",
-                                                       "loops_learned", "prefetches")})
+                                                       "loops_learned", "prefetches", "swap_handoffs")})
                 # The ratios assume the device held no more than the limit: record what it held.
                 row["held_peak_dev0"] = (st.get("held_peak") or {}).get("0")
                 moved = st.get("bytes_migrated", 0)

@@ -209,6 +209,7 @@ static bool hand_off(struct gvm_shelf_op *puts, int n, int dev)
         }
         o->handed = b1;
         o->released++;
+        gvm_stat_inc(swap_handoffs);
         return true;
     }
     return false;

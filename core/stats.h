@@ -31,6 +31,7 @@
     X(promoted_bytes, "bytes brought back by promotion")                       \
     X(prefetches, "spilled allocations swapped in ahead of use (prefetch)")    \
     X(loops_learned, "loop periods adopted from the launches (learn_loop)")    \
+    X(swap_handoffs, "blocks a lazy swap's outgoing regions handed in")        \
     X(pauses, "allocations paused")                                            \
     X(resumes, "allocations resumed")                                          \
     X(aliases, "aliases created")                                              \

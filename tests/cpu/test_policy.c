@@ -1633,6 +1633,7 @@ static void a_lazy_swap_needs_room_for_one_block(void)
     uintptr_t w[5];
     struct leaks base;
     start_hand_off(w, 150, false, &base);
+    uint64_t handed = gvm_stats.swap_handoffs;
     for (int sweep = 0; sweep < 4; sweep++) {
         for (int i = 0; i < 5; i++) {
             struct gvm_region *r = gvm_heap_region(w[i]);
@@ -1645,6 +1646,7 @@ static void a_lazy_swap_needs_room_for_one_block(void)
             if (sweep > 0) CHECK_EQ(resident, 2);
         }
     }
+    CHECK(gvm_stats.swap_handoffs > handed);   /* what GVM_STATS shows */
     for (int i = 0; i < 5; i++) CHECK(intact_used(w[i], 6 * MiB, 150 + (uint32_t)i));
     for (int i = 0; i < 5; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
     CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED), 0u);
