@@ -1623,6 +1623,35 @@ static void a_failed_hand_off_puts_blocks_back(void)
     CHECK_NO_LEAK(base);
 }
 
+/* A lazy swap whose victims are all in use (announced by calls still
+ * running) cannot take their memory: the incoming buffer stays on host,
+ * where the call reaching it maps it; the busy ones stay put, the limit
+ * holds, every buffer keeps its data, nothing leaks. */
+static void a_lazy_swap_with_busy_victims_leaves_the_data_on_host(void)
+{
+    gvm_log_set_level(GVM_LOG_ERROR);
+    uintptr_t w[5];
+    struct leaks base;
+    start_hand_off(w, 190, true, &base);
+    CHECK_EQ(simcuda_location_of(w[0]), SIMCUDA_LOC_UNMAPPED);
+    CHECK_EQ(simcuda_location_of(w[3]), 0);
+    CHECK_EQ(simcuda_location_of(w[4]), 0);
+    struct gvm_region *busy3 = gvm_use_begin(w[3]), *busy4 = gvm_use_begin(w[4]);
+    struct gvm_region *r = gvm_heap_region(w[0]);
+    gvm_policy_before_launch(&r, 1);
+    CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
+    CHECK_EQ(simcuda_location_of(w[3]), 0);
+    CHECK_EQ(simcuda_location_of(w[4]), 0);
+    CHECK(intact_used(w[0], 6 * MiB, 190));   /* on host, mapped for the call */
+    gvm_use_end(busy3);
+    gvm_use_end(busy4);
+    for (int i = 0; i < 5; i++) CHECK(intact_used(w[i], 6 * MiB, 190 + (uint32_t)i));
+    CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
+    for (int i = 0; i < 5; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
+    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED), 0u);
+    CHECK_NO_LEAK(base);
+}
+
 /* A lazy sweep keeps a margin of one block, not of one buffer: the buffers
  * leaving hand their blocks to the one coming in as their copies finish.
  * Buffers of three 2 MiB blocks under a 16M limit: two stay on the device
@@ -1891,6 +1920,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(failure_during_a_hand_off_keeps_data)
     TEST_ENTRY(a_lazy_swap_needs_room_for_one_block)
     TEST_ENTRY(a_failed_hand_off_puts_blocks_back)
+    TEST_ENTRY(a_lazy_swap_with_busy_victims_leaves_the_data_on_host)
     TEST_ENTRY(prefetch_swaps_in_what_the_sweep_needs_next)
     TEST_ENTRY(prefetch_keeps_what_every_launch_shares)
     TEST_ENTRY(prefetch_needs_lazy_spills)
