@@ -24,7 +24,7 @@ struct gvm_shelf_op {
     struct gvm_region *r;
     const char *why;             /* as the trace names it */
     uint64_t t0;
-    int from, dev;               /* put: dev is where all its blocks are (-1: several places) */
+    int from, dev;               /* put with hand-off: dev is where all its blocks are, else -1 */
     int n;                       /* put: the pieces */
     size_t *sizes;
     struct gvm_phys **pieces, **old;
