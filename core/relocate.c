@@ -8,9 +8,9 @@
 #include "core/slab.h"
 #include "core/stats.h"
 #include "core/topo.h"
+#include "core/trace.h"
 
 #include <string.h>
-#include <time.h>
 
 /* What a move is, as the trace names it. */
 static const char *reason(unsigned how)
@@ -242,28 +242,21 @@ static void give_back(struct gvm_region *r, int loc, unsigned how, CUresult rc)
 struct lazy_half {
     struct gvm_shelf_op *put, take;   /* put[i] for req[i] where shelve[i], else zeroed */
     bool taking;
-    double t[4];                      /* begun, puts issued, take issued, ended (ms; debug) */
+    uint64_t t[3];                    /* begun, puts issued, take issued (gvm_trace_now; the debug line) */
     int handed;                       /* units the puts handed to the take */
 };
-
-static double now_ms(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
-}
 
 static void lazy_begin(struct lazy_half *h, struct gvm_move_req *req, const bool *shelve, int n,
                        struct gvm_move_req *in)
 {
     h->taking = lazy(in->r);
-    h->t[0] = now_ms();
+    h->t[0] = gvm_trace_now();
     memset(h->put, 0, (size_t)n * sizeof *h->put);
     for (int i = 0; i < n; i++)
         if (shelve[i]) gvm_shelf_put_begin(&h->put[i], req[i].r, true, true, h->taking, req[i].why);
-    h->t[1] = now_ms();
+    h->t[1] = gvm_trace_now();
     if (h->taking) gvm_shelf_take_begin(&h->take, in->r, in->loc, in->why, h->put, n);
-    h->t[2] = now_ms();
+    h->t[2] = gvm_trace_now();
 }
 
 static void lazy_end(struct lazy_half *h, struct gvm_move_req *req, const bool *shelve, int n,
@@ -273,7 +266,6 @@ static void lazy_end(struct lazy_half *h, struct gvm_move_req *req, const bool *
         h->handed += h->put[i].released;
         if (shelve[i]) req[i].rc = counted(req[i].r, req[i].loc, gvm_shelf_put_end(&h->put[i]));
     }
-    h->t[3] = now_ms();
     if (!h->taking) return;
     in->rc = gvm_shelf_take_end(&h->take);
     /* Its memory may have been what leaves now. */
@@ -320,7 +312,8 @@ int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const 
     lazy_end(&h, req, shelve, n, &back);
     gvm_capture_restore(mode);
     gvm_debug("swap of %#lx: puts issued %.2f ms, take issued %.2f (%d units handed to it), mapped moves and "
-              "ends %.2f", (unsigned long)in->base, h.t[1] - h.t[0], h.t[2] - h.t[1], h.handed, now_ms() - h.t[2]);
+              "ends %.2f", (unsigned long)in->base, (double)(h.t[1] - h.t[0]) / 1e6, (double)(h.t[2] - h.t[1]) / 1e6,
+              h.handed, (double)(gvm_trace_now() - h.t[2]) / 1e6);
     for (int i = 0, j = 0; i < n; i++)
         if (!shelve[i]) req[i].rc = mapped[j++].rc;
     int gone = 0;

@@ -61,8 +61,9 @@ CUresult gvm_relocate_locked(struct gvm_region *r, int loc, unsigned how);
  * leaving (the held cap is not lifted) or, when `in` and the regions
  * leaving for host are shelved (GVM_RELOC_SHELVE), room for one unit
  * (gvm_shelf_swap_room): those hand their memory to `in` as their copies
- * finish. What leaves makes room for the next swap. A region in out that is busy (another thread holds its lock)
- * or whose state refuses a spill is skipped. out_flags: GVM_RELOC_SHELVE
+ * finish. What leaves makes room for the next swap. A region in out that
+ * is busy (another thread holds its lock) or whose state refuses a spill
+ * is skipped. out_flags: GVM_RELOC_SHELVE
  * for those leaving for host, and GVM_RELOC_QUIESCED when the caller has
  * just waited for queued work; without it the swap waits once it holds
  * every region (a background thread's swap: no launch reaching them can

@@ -191,7 +191,7 @@ static void plan_units(struct gvm_shelf_op *op, size_t cap)
 /* Frees room at dev for a take: the device memory of the next unit of
  * the swap's puts whose copy is done (waited for). False when none is
  * left; a put whose unit cannot leave fails (put_end restores it). */
-static bool hand_off(struct gvm_shelf_op *puts, int n, int dev)
+static bool hand_off_next_unit(struct gvm_shelf_op *puts, int n, int dev)
 {
     for (int i = 0; i < n; i++) {
         struct gvm_shelf_op *o = &puts[i];
@@ -323,7 +323,7 @@ static CUresult take_block(struct gvm_shelf_op *op, int i, CUstream s, int *k)
     struct gvm_phys *p = NULL;
     int dev = op->dev;
     CUresult rc = b->phys ? CUDA_SUCCESS : get_pieces(dev, &b->size, 1, &p);
-    while (rc == CUDA_ERROR_OUT_OF_MEMORY && hand_off(op->puts, op->nputs, dev))
+    while (rc == CUDA_ERROR_OUT_OF_MEMORY && hand_off_next_unit(op->puts, op->nputs, dev))
         rc = get_pieces(dev, &b->size, 1, &p);
     for (size_t o = 0; o < b->size && *k < r->nshelf; o += r->shelf[(*k)++]->size)
         if (rc == CUDA_SUCCESS && p)
