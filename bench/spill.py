@@ -120,7 +120,10 @@ class Managed:
             self.ptr = 0
 
 
-def run_working_set(torch, ws_bytes, tensor_bytes, steps, warmup, managed):
+def run_working_set(torch, ws_bytes, tensor_bytes, steps, warmup, managed, side=0):
+    """side: each step also queues this many 2048x2048 fp32 GEMMs on a
+    second stream first (work that uses none of the weights: a swap need
+    not wait for it), and ends when both streams are done."""
     dev = torch.device("cuda", 0)
     rows = tensor_bytes // (4 * COLS)
     n = max(1, int(round(ws_bytes / float(tensor_bytes))))
@@ -138,15 +141,25 @@ def run_working_set(torch, ws_bytes, tensor_bytes, steps, warmup, managed):
             t = torch.empty(rows, COLS, device=dev)
         t.uniform_(-1, 1, generator=g)
         tensors.append(t)
+    if side:
+        side_stream = torch.cuda.Stream()
+        sa, sb = (torch.randn(2048, 2048, device=dev) for _ in range(2))
+        sc = torch.empty_like(sa)
     torch.cuda.synchronize()
     setup_s = time.time() - t0
     times, acc, acc_v = [], None, None
     for i in range(warmup + steps):
         s0 = time.time()
+        if side:
+            with torch.cuda.stream(side_stream):
+                for _ in range(side):
+                    torch.matmul(sa, sb, out=sc)
         acc = torch.zeros((), device=dev)
         for t in tensors:
             acc += (t @ x).sum()
         acc_v = float(acc.item())
+        if side:
+            side_stream.synchronize()
         if i >= warmup:
             times.append(time.time() - s0)
     res = {"tensors": n, "ws_bytes": n * rows * COLS * 4, "setup_s": setup_s, "step_s": times,
@@ -262,7 +275,7 @@ def child(args):
                                      args.get("managed", False), fused=args.get("fused", False))
             else:
                 r = run_working_set(torch, ws, args["tensor_bytes"], args["steps"], args["warmup"],
-                                    args.get("managed", False))
+                                    args.get("managed", False), side=args.get("side", 0))
         except RuntimeError as e:
             if not args.get("managed"):
                 raise

@@ -49,6 +49,7 @@ static void region_reset(struct gvm_region *r)
     r->freed_at = 0;
     r->freed_on = 0;
     r->last_error = CUDA_SUCCESS;
+    gvm_usemark_reset(r);
     r->next = r->lru_prev = r->lru_next = NULL;
 }
 

@@ -14,6 +14,7 @@
 
 #include "core/location.h"
 #include "core/phys.h"
+#include "core/usemark.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -87,6 +88,7 @@ struct gvm_region {
     uint64_t freed_at;           /* gvm_topo_epoch of its device when the program freed it */
     uint64_t freed_on;           /* the stream it was freed in order on (topo.h), 0: none */
     CUresult last_error;         /* driver error of the last failed operation */
+    struct gvm_usemark usemark;  /* its last uses (core/usemark.h); events kept across reuse */
     struct gvm_region *next;     /* free list / cache list */
     struct gvm_region *lru_prev, *lru_next;
 };

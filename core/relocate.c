@@ -9,6 +9,7 @@
 #include "core/stats.h"
 #include "core/topo.h"
 #include "core/trace.h"
+#include "core/usemark.h"
 
 #include <string.h>
 
@@ -273,6 +274,21 @@ static void lazy_end(struct lazy_half *h, struct gvm_move_req *req, const bool *
     counted(in->r, in->loc, in->rc);
 }
 
+/* The wait before a swap's copies: for the last uses of its regions when
+ * every one is lazy (in from its shelf, all leaving unmapped: the lazy
+ * spill's promise covers only kernels given their addresses, as the
+ * events do), else for the devices. */
+static CUresult wait_for_uses(struct gvm_region *in, const struct gvm_move_req *req, const bool *shelve, int n)
+{
+    struct gvm_region *all[n + 1];
+    all[0] = in;
+    for (int i = 0; i < n; i++) {
+        if (!shelve[i]) return gvm_topo_quiesce();
+        all[i + 1] = req[i].r;
+    }
+    return lazy(in) ? gvm_usemark_wait(all, n + 1, NULL) : gvm_topo_quiesce();
+}
+
 int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const *out, const int *to, int nout,
                       unsigned out_flags, CUresult *in_rc)
 {
@@ -299,7 +315,7 @@ int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const 
     /* Waited for only now that every region is taken: a launch reaching
      * one of them is then either queued already (the wait covers it) or
      * waits for the swap (core/move.h). */
-    CUresult rc = waited ? CUDA_SUCCESS : gvm_topo_quiesce();
+    CUresult rc = waited ? CUDA_SUCCESS : wait_for_uses(in, req, shelve, n);
     if (rc != CUDA_SUCCESS) {
         for (int i = 0; i < n; i++) give_back(req[i].r, req[i].loc, out_how, rc);
         give_back(in, home, in_how, rc);

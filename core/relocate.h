@@ -66,8 +66,9 @@ CUresult gvm_relocate_locked(struct gvm_region *r, int loc, unsigned how);
  * is skipped. out_flags: GVM_RELOC_SHELVE
  * for those leaving for host, and GVM_RELOC_QUIESCED when the caller has
  * just waited for queued work; without it the swap waits once it holds
- * every region (a background thread's swap: no launch reaching them can
- * slip in between the wait and the copies). Returns how many left; *in_rc
+ * every region (no launch reaching them can slip in between the wait and
+ * the copies): for their last uses when `in` comes from its shelf and all
+ * leave shelved (core/usemark.h), else for the devices. Returns how many left; *in_rc
  * is gvm_relocate's answer for `in` (the wait's error when it failed). */
 int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const *out, const int *to, int nout,
                       unsigned out_flags, CUresult *in_rc);

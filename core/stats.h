@@ -32,6 +32,7 @@
     X(prefetches, "spilled allocations swapped in ahead of use (prefetch)")    \
     X(loops_learned, "loop periods adopted from the launches (learn_loop)")    \
     X(swap_handoffs, "blocks a lazy swap's outgoing regions handed in")        \
+    X(use_waits, "lazy swaps that waited for their regions' last uses, not the devices") \
     X(pauses, "allocations paused")                                            \
     X(resumes, "allocations resumed")                                          \
     X(aliases, "aliases created")                                              \

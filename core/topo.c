@@ -215,12 +215,25 @@ bool gvm_topo_settled(int dev, uint64_t stamp)
     return __atomic_load_n(&gvm_topo.dev[dev].syncs_done, __ATOMIC_ACQUIRE) > stamp;
 }
 
+/* Whole waits (gvm_topo_quiesce) begun and the highest finished: the
+ * stamps of core/usemark.c, which must cover every device. */
+static uint64_t quiesces_started, quiesces_done;
+
+uint64_t gvm_topo_quiesce_epoch(void) { return __atomic_load_n(&quiesces_started, __ATOMIC_ACQUIRE); }
+
+bool gvm_topo_quiesced(uint64_t stamp) { return __atomic_load_n(&quiesces_done, __ATOMIC_ACQUIRE) > stamp; }
+
+static void advance(uint64_t *done_counter, uint64_t ticket)
+{
+    uint64_t done = __atomic_load_n(done_counter, __ATOMIC_RELAXED);
+    while (done < ticket &&
+           !__atomic_compare_exchange_n(done_counter, &done, ticket, 1, __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
+    }
+}
+
 static void sync_finished(int dev, uint64_t ticket)
 {
-    uint64_t done = __atomic_load_n(&gvm_topo.dev[dev].syncs_done, __ATOMIC_RELAXED);
-    while (done < ticket && !__atomic_compare_exchange_n(&gvm_topo.dev[dev].syncs_done, &done, ticket, 1,
-                                                         __ATOMIC_RELEASE, __ATOMIC_RELAXED)) {
-    }
+    advance(&gvm_topo.dev[dev].syncs_done, ticket);
 }
 
 static CUresult current_device(CUcontext *cur, int *dev)
@@ -284,7 +297,7 @@ CUresult gvm_topo_quiesce(void)
 
 static CUresult quiesce(void)
 {
-    uint64_t ticket[GVM_MAX_DEVICES];
+    uint64_t ticket[GVM_MAX_DEVICES], whole = __atomic_add_fetch(&quiesces_started, 1, __ATOMIC_ACQ_REL);
     for (int d = 0; d < gvm_topo.ndev; d++)
         ticket[d] = __atomic_add_fetch(&gvm_topo.dev[d].syncs_started, 1, __ATOMIC_ACQ_REL);
     CUresult rc = DRV(cuCtxSynchronize);
@@ -297,5 +310,6 @@ static CUresult quiesce(void)
         if (rc != CUDA_SUCCESS) return rc;
     }
     for (int d = 0; d < gvm_topo.ndev; d++) sync_finished(d, ticket[d]);
+    advance(&quiesces_done, whole);
     return CUDA_SUCCESS;
 }

@@ -111,4 +111,10 @@ CUresult gvm_topo_settle(int dev, uint64_t stamp);
  * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED while any capture is open. */
 CUresult gvm_topo_quiesce(void);
 
+/* The same stamps for whole waits: gvm_topo_quiesced(stamp) is true once a
+ * gvm_topo_quiesce begun after gvm_topo_quiesce_epoch() returned stamp has
+ * finished (work queued before then, on any device, is done). */
+uint64_t gvm_topo_quiesce_epoch(void);
+bool gvm_topo_quiesced(uint64_t stamp);
+
 #endif

@@ -4,10 +4,10 @@
  * swaps scheduled by hand (scripts/probe/overlap.py), issuing each swap as
  * soon as its victim's kernel was queued took the read loop at 1.25x the
  * limit from 1.47x to 1.36x the link bound. Here a launch hands the next
- * swap to one background thread, which takes the regions, waits for the
- * work queued so far (core/relocate.h: after taking them, so a launch that
- * reaches one either is covered by that wait or waits for the swap), and
- * swaps. Only lazy spills (spill_host_map=lazy): the region going out is
+ * swap to one background thread, which takes the regions, waits for their
+ * last uses queued so far (core/relocate.h, core/usemark.h: after taking
+ * them, so a launch that reaches one either is covered by that wait or
+ * waits for the swap), and swaps. Only lazy spills (spill_host_map=lazy): the region going out is
  * one no launch names now, and a kernel reaching it through a pointer that
  * is not an argument may then read it mid-copy, where a lazily spilled
  * region already faults for it. */

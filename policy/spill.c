@@ -229,12 +229,15 @@ static void swap_in(struct gvm_region *r, bool may_evict, struct gvm_region *con
     size_t need = GVM_LOAD(r->mapped), room = add_sat(gvm_policy_room(device), gvm_phys_pooled(device));
     struct gvm_victims v = {0};
     long first = pick_victims(r, need, room, may_evict, used, n, &v);
-    if (first < 0 || gvm_topo_quiesce() != CUDA_SUCCESS) {
+    if (first > 0 && deficit_in_swap(r, &v, (size_t)first, device)) first = 0;
+    /* Victims that leave before the swap need the devices waited for
+     * here; otherwise the swap waits once it holds every region, for
+     * their last uses where all are lazy (core/usemark.h). */
+    if (first < 0 || (first > 0 && gvm_topo_quiesce() != CUDA_SUCCESS)) {
         gvm_victims_free(&v);
         return;   /* nothing may leave: the kernel reads it where it is */
     }
     double t1 = ms_now();
-    if (first > 0 && deficit_in_swap(r, &v, (size_t)first, device)) first = 0;
     int gone = 0;
     for (long i = 0; i < first; i++) gone += evict(v.v[i].r, device, GVM_RELOC_QUIESCED);
     double t2 = ms_now();
@@ -243,9 +246,9 @@ static void swap_in(struct gvm_region *r, bool may_evict, struct gvm_region *con
     int to[rest ? rest : 1];
     int m = targets(&v, (size_t)first, device, out, to);
     CUresult rc;
-    gone += gvm_relocate_swap(r, device, out, to, m, lazy_flag() | GVM_RELOC_QUIESCED, &rc);
+    gone += gvm_relocate_swap(r, device, out, to, m, lazy_flag() | (first > 0 ? GVM_RELOC_QUIESCED : 0), &rc);
     if (rc == CUDA_SUCCESS)
-        gvm_debug("demand: brought %#lx (%zu bytes) back to device %d, %d region(s) out (%ld first); victims+wait "
+        gvm_debug("demand: brought %#lx (%zu bytes) back to device %d, %d region(s) out (%ld first); victims "
                   "%.2f, first out %.2f, swap %.2f ms",
                   (unsigned long)r->base, need, device, gone, first, t1 - t0, t2 - t1, ms_now() - t2);
     gvm_victims_free(&v);

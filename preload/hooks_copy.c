@@ -53,6 +53,14 @@ static inline void count_pass(struct gvm_region *a, struct gvm_region *b)
     if (!a && !b) gvm_stat_local_inc(passthrough_calls);
 }
 
+/* The end of a copy or memset on r: its completion is not recorded
+ * (core/usemark.h), so a lazy swap of r waits for the devices. */
+static inline void used_end(struct gvm_region *r)
+{
+    gvm_usemark_unknown(r);
+    gvm_use_end(r);
+}
+
 /* Bytes a call touches when a product or sum of its extents wraps: no
  * allocation is that large, so it fails the bound. */
 #define HUGE_SPAN SIZE_MAX
@@ -72,8 +80,8 @@ static inline void count_pass(struct gvm_region *a, struct gvm_region *b)
             rc_ = GVM_REAL(fn) args;                                           \
             if (granted_on_refusal(rc_, a_, b_)) rc_ = GVM_REAL(fn) args; \
         }                                                                      \
-        gvm_use_end(a_);                                                       \
-        gvm_use_end(b_);                                                       \
+        used_end(a_);                                                         \
+        used_end(b_);                                                         \
         return rc_;                                                            \
     }
 
@@ -193,8 +201,8 @@ static struct gvm_region *use_side(const struct side *s, size_t w, size_t h, siz
             rc_ = GVM_REAL(fn) args;                                           \
             if (granted_on_refusal(rc_, a_, b_)) rc_ = GVM_REAL(fn) args; \
         }                                                                      \
-        gvm_use_end(a_);                                                       \
-        gvm_use_end(b_);                                                       \
+        used_end(a_);                                                         \
+        used_end(b_);                                                         \
         return rc_;                                                            \
     }
 
@@ -215,7 +223,7 @@ DESC_SZ(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER *p, CUstream s), (p, s), 
 
 static void end_all(struct gvm_region **used, size_t n)
 {
-    for (size_t i = 0; i < n; i++) gvm_use_end(used[i]);
+    for (size_t i = 0; i < n; i++) used_end(used[i]);
 }
 
 /* Every entry is checked before the driver copies any: a batch with one
@@ -293,7 +301,7 @@ static inline size_t set_span(size_t pitch, size_t w, size_t elem, size_t h)
         count_pass(a_, NULL);                                                  \
         CUresult rc_ = GVM_REAL(fn) args;                                      \
         if (granted_on_refusal(rc_, a_, NULL)) rc_ = GVM_REAL(fn) args; \
-        gvm_use_end(a_);                                                       \
+        used_end(a_);                                                         \
         return rc_;                                                            \
     }
 #define SET_DS(fn, sig, args, span) SET_HOOK(fn, sig, args, span) SET_HOOK(fn##_ptds, sig, args, span)

@@ -6,6 +6,8 @@
  * cuFuncGetParamInfo (or cuKernelGetParamInfo) once, then from a cache. */
 #include "preload/shim.h"
 
+#include "core/capture.h"
+#include "core/usemark.h"
 #include "core/vamap.h"
 #include "policy/prefetch.h"
 #include "policy/spill.h"
@@ -174,13 +176,30 @@ static void collect(struct used *u, void *fn, void **params, void **extra)
     if (buf) scan_bytes(u, buf, len < budget ? len : budget);
 }
 
-static void release(struct used *u)
+/* Recorded before the announcements end: a move that takes one of the
+ * regions next finds this launch's event (core/usemark.h). */
+static void note_uses(const struct used *u, CUresult rc, CUstream s, bool per_thread)
 {
+    if (rc != CUDA_SUCCESS) return;   /* nothing was queued */
+    if (u->partial) gvm_usemark_untracked();
+    if (!u->n) return;
+    if (gvm_capture_open(-1)) {
+        /* Captured, it runs at the graph's launch; on another stream, now:
+         * no event either way. */
+        for (int i = 0; i < u->n; i++) gvm_usemark_unknown(u->r[i]);
+        return;
+    }
+    gvm_usemark_launch(u->r, u->n, s, per_thread);
+}
+
+static void release(struct used *u, CUresult rc, CUstream s, bool per_thread)
+{
+    if (gvm_usemark_on()) note_uses(u, rc, s, per_thread);
     for (int i = 0; i < u->n; i++) gvm_use_end(u->r[i]);
     if (u->n) gvm_prefetch_after(u->r, u->n);   /* queued: the next swap may start beside it */
 }
 
-#define LAUNCH_HOOK(fn)                                                        \
+#define LAUNCH_HOOK(fn, pt)                                                    \
     GVM_EXPORT CUresult CUDAAPI fn(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, \
                                    unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params, \
                                    void **extra)                              \
@@ -189,28 +208,28 @@ static void release(struct used *u)
         struct used u;                                                         \
         scan(&u, (void *)f, params, extra);                                    \
         CUresult rc = GVM_REAL(fn)(f, gx, gy, gz, bx, by, bz, shmem, s, params, extra); \
-        release(&u);                                                           \
+        release(&u, rc, s, pt);                                                \
         return rc;                                                             \
     }
 
-LAUNCH_HOOK(cuLaunchKernel)
-LAUNCH_HOOK(cuLaunchKernel_ptsz)
+LAUNCH_HOOK(cuLaunchKernel, false)
+LAUNCH_HOOK(cuLaunchKernel_ptsz, true)
 
-#define LAUNCH_EX_HOOK(fn)                                                     \
+#define LAUNCH_EX_HOOK(fn, pt)                                                 \
     GVM_EXPORT CUresult CUDAAPI fn(const CUlaunchConfig *cfg, CUfunction f, void **params, void **extra) \
     {                                                                          \
         gvm_hook_count(GVM_FN_##fn);                                           \
         struct used u;                                                         \
         scan(&u, (void *)f, params, extra);                                    \
         CUresult rc = GVM_REAL(fn)(cfg, f, params, extra);                       \
-        release(&u);                                                           \
+        release(&u, rc, cfg ? cfg->hStream : NULL, pt);                        \
         return rc;                                                             \
     }
 
-LAUNCH_EX_HOOK(cuLaunchKernelEx)
-LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz)
+LAUNCH_EX_HOOK(cuLaunchKernelEx, false)
+LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz, true)
 
-#define COOP_HOOK(fn)                                                          \
+#define COOP_HOOK(fn, pt)                                                      \
     GVM_EXPORT CUresult CUDAAPI fn(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, \
                                    unsigned by, unsigned bz, unsigned shmem, CUstream s, void **params) \
     {                                                                          \
@@ -218,16 +237,16 @@ LAUNCH_EX_HOOK(cuLaunchKernelEx_ptsz)
         struct used u;                                                         \
         scan(&u, (void *)f, params, NULL);                                     \
         CUresult rc = GVM_REAL(fn)(f, gx, gy, gz, bx, by, bz, shmem, s, params); \
-        release(&u);                                                           \
+        release(&u, rc, s, pt);                                                \
         return rc;                                                             \
     }
 
-COOP_HOOK(cuLaunchCooperativeKernel)
-COOP_HOOK(cuLaunchCooperativeKernel_ptsz)
+COOP_HOOK(cuLaunchCooperativeKernel, false)
+COOP_HOOK(cuLaunchCooperativeKernel_ptsz, true)
 
 /* A graph's kernels are not scanned; its launch waits while any region
  * is being moved, so a replay never races a remap, and finds lazily
- * spilled memory mapped. */
+ * spilled memory mapped; what it reaches is not known (core/usemark.h). */
 #define GRAPH_HOOK(fn)                                                         \
     GVM_EXPORT CUresult CUDAAPI fn(CUgraphExec g, CUstream s)                 \
     {                                                                          \
@@ -235,6 +254,7 @@ COOP_HOOK(cuLaunchCooperativeKernel_ptsz)
         gvm_policy_map_spilled();                                              \
         gvm_move_gate_enter();                                                 \
         CUresult rc = GVM_REAL(fn)(g, s);                                        \
+        if (rc == CUDA_SUCCESS) gvm_usemark_untracked();                       \
         gvm_move_gate_leave();                                                 \
         return rc;                                                             \
     }

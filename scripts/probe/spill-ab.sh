@@ -14,7 +14,8 @@ case "${TRAIN:-}" in
     fused) step=', "train": true, "fused": true' ;;
     *) step=', "train": true' ;;
 esac
-args="{\"tensor_bytes\": 134217728, \"steps\": 5, \"warmup\": 2, \"ws\": [${WS:-6442450944}]$step}"
+# SIDE=N: each read-loop step also queues N GEMMs on a second stream.
+args="{\"tensor_bytes\": 134217728, \"steps\": 5, \"warmup\": 2, \"ws\": [${WS:-6442450944}], \"side\": ${SIDE:-0}$step}"
 for r in $(seq "$rounds"); do
     for setting in "$@"; do
         res=$(env LD_PRELOAD="$lib" GVM_DEVICE_LIMIT=4G GVM_SPILL=host $setting \

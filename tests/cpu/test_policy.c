@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/move.h"
 #include "core/relocate.h"
+#include "core/usemark.h"
 #include "policy/recur.h"
 #include "policy/config.h"
 #include "policy/live.h"
@@ -1682,6 +1683,116 @@ static void a_lazy_swap_needs_room_for_one_block(void)
     CHECK_NO_LEAK(base);
 }
 
+/* ---- per-region completion (core/usemark.h) -------------------------------- */
+
+/* A launch on w[i] as the hook makes it, its use recorded after it on the
+ * legacy stream. */
+static int recorded_launch(const uintptr_t *w, int i)
+{
+    struct gvm_region *r = gvm_heap_region(w[i]);
+    gvm_policy_before_launch(&r, 1);
+    gvm_use_regions(&r, 1);
+    uint64_t tick = 0;
+    if (GVM_LOAD(r->shelf_spill)) r = gvm_policy_use_mapped(r, &tick);   /* not brought in: read where it is */
+    touch(w[i]);
+    int at = simcuda_location_of(w[i]);
+    CHECK(at != SIMCUDA_LOC_UNMAPPED);
+    if (gvm_usemark_on()) gvm_usemark_launch(&r, 1, NULL, false);
+    gvm_use_end(r);
+    return at;
+}
+
+/* Returns how many launches found their buffer on the device. */
+static int recorded_sweeps(const uintptr_t *w, int sweeps)
+{
+    int found = 0;
+    for (int sweep = 0; sweep < sweeps; sweep++)
+        for (int i = 0; i < 5; i++) {
+            found += recorded_launch(w, i) == 0;
+            CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
+        }
+    return found;
+}
+
+static unsigned long device_waits(void) { return simcuda_calls_of("cuCtxSynchronize"); }
+
+static void end_hand_off(const uintptr_t *w, uint32_t seed, struct leaks base)
+{
+    for (int i = 0; i < 5; i++) CHECK(intact_used(w[i], 6 * MiB, seed + (uint32_t)i));
+    for (int i = 0; i < 5; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
+    CHECK_NO_LEAK(base);
+}
+
+/* Once the first lazy swap has waited for the device (and started the
+ * recording), a sweep whose launches all recorded their uses swaps at
+ * every launch without one device-wide wait: each swap waits for the
+ * events of the regions it moves. */
+static void lazy_swaps_wait_for_the_last_uses_of_their_regions(void)
+{
+    uintptr_t w[5];
+    struct leaks base;
+    start_hand_off(w, 180, false, &base);
+    recorded_sweeps(w, 1);
+    CHECK(gvm_usemark_on());
+    uint64_t waits = gvm_stats.use_waits, spills = gvm_stats.spills;
+    unsigned long whole = device_waits(), events = simcuda_calls_of("cuEventSynchronize");
+    CHECK_EQ(recorded_sweeps(w, 3), 15);
+    CHECK(gvm_stats.spills >= spills + 9);       /* three swaps a sweep at least */
+    CHECK(gvm_stats.use_waits >= waits + 9);     /* what GVM_STATS shows */
+    CHECK_EQ(device_waits(), whole);
+    CHECK(simcuda_calls_of("cuEventSynchronize") > events);
+    end_hand_off(w, 180, base);
+}
+
+/* A use with no event (a copy, a captured launch) makes the next swap of
+ * that region wait for the devices, and so does work that may reach any
+ * region (a graph, a launch not scanned whole); once a whole wait has
+ * covered them, swaps wait for events again. */
+static void a_use_without_an_event_makes_the_swap_wait_for_the_devices(void)
+{
+    uintptr_t w[5];
+    struct leaks base;
+    start_hand_off(w, 190, false, &base);
+    recorded_sweeps(w, 2);
+    for (int round = 0; round < 2; round++) {
+        if (round == 0)
+            for (int i = 0; i < 5; i++) gvm_usemark_unknown(gvm_heap_region(w[i]));
+        else
+            gvm_usemark_untracked();
+        unsigned long whole = device_waits();
+        recorded_launch(w, 0);
+        recorded_launch(w, 1);
+        CHECK(device_waits() > whole);
+        whole = device_waits();
+        recorded_sweeps(w, 1);
+        CHECK_EQ(device_waits(), whole);
+    }
+    end_hand_off(w, 190, base);
+}
+
+/* An event call failing for two sweeps: a use whose event cannot be made
+ * or recorded, or an event wait that fails, ends in a wait for the
+ * devices; the data, the limit and the driver's objects are as without
+ * the failure. */
+static void an_event_call_fails(const char *call, uint32_t seed)
+{
+    gvm_log_set_level(GVM_LOG_ERROR);
+    uintptr_t w[5];
+    struct leaks base;
+    start_hand_off(w, seed, false, &base);
+    if (strcmp(call, "cuEventCreate")) recorded_sweeps(w, 1);   /* events made: the next calls record or wait */
+    simcuda_fail_calls(call, 1, 1000, CUDA_ERROR_LAUNCH_FAILED);
+    unsigned long whole = device_waits();
+    recorded_sweeps(w, 2);
+    simcuda_fail_calls(call, 0, 0, CUDA_SUCCESS);
+    CHECK(device_waits() > whole);
+    end_hand_off(w, seed, base);
+}
+
+static void a_failed_event_create_falls_back_to_a_device_wait(void) { an_event_call_fails("cuEventCreate", 200); }
+static void a_failed_event_record_falls_back_to_a_device_wait(void) { an_event_call_fails("cuEventRecord", 210); }
+static void a_failed_event_wait_falls_back_to_a_device_wait(void) { an_event_call_fails("cuEventSynchronize", 220); }
+
 /* ---- prefetch ------------------------------------------------------------- */
 
 static const char *const prefetch_kv[] = {"device_limit", "0:16M", "spill", "host", "spill_host_map", "lazy",
@@ -1921,6 +2032,11 @@ static const struct test_case cases[] = {
     TEST_ENTRY(a_lazy_swap_needs_room_for_one_block)
     TEST_ENTRY(a_failed_hand_off_puts_blocks_back)
     TEST_ENTRY(a_lazy_swap_with_busy_victims_leaves_the_data_on_host)
+    TEST_ENTRY(lazy_swaps_wait_for_the_last_uses_of_their_regions)
+    TEST_ENTRY(a_use_without_an_event_makes_the_swap_wait_for_the_devices)
+    TEST_ENTRY(a_failed_event_create_falls_back_to_a_device_wait)
+    TEST_ENTRY(a_failed_event_record_falls_back_to_a_device_wait)
+    TEST_ENTRY(a_failed_event_wait_falls_back_to_a_device_wait)
     TEST_ENTRY(prefetch_swaps_in_what_the_sweep_needs_next)
     TEST_ENTRY(prefetch_keeps_what_every_launch_shares)
     TEST_ENTRY(prefetch_needs_lazy_spills)

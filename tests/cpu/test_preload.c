@@ -749,6 +749,25 @@ static int lazy_workload(void)
         CHECK(location_of(p[i]) != SIMCUDA_LOC_UNMAPPED);
         CHECK_EQ(*(const unsigned *)(uintptr_t)(p[i] + 12 * MiB), pattern[i]);
     }
+    /* Per-region completion (core/usemark.h): the launches record their
+     * uses; once a wait for the devices has covered the copy and the blind
+     * launch above, the swaps of a sweep wait for those events alone. */
+    unsigned long (*calls_of)(const char *) = (unsigned long (*)(const char *))sim_fn("simcuda_calls_of");
+    unsigned long whole = 0, records = 0;
+    for (int sweep = 0; sweep < 3; sweep++) {
+        if (sweep == 2) {
+            whole = calls_of("cuCtxSynchronize");
+            records = calls_of("cuEventRecord");
+        }
+        for (int i = 0; i < 4; i++) {
+            params[0] = &p[i];
+            CHECK_EQ(cuLaunchKernel_p(k, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL), CUDA_SUCCESS);
+            CHECK_EQ(first_word, pattern[i]);
+            CHECK_EQ(location_of(p[i]), 0);
+        }
+    }
+    CHECK(calls_of("cuEventRecord") >= records + 4);
+    CHECK_EQ(calls_of("cuCtxSynchronize"), whole);
     for (int i = 0; i < 4; i++) CHECK_EQ(D(cuMemFree_v2, p[i]), CUDA_SUCCESS);
     return 0;
 }

@@ -15,6 +15,12 @@ settings of the case:
                    with discard the parameters come back zeroed
   cached_first     the caching allocator's cached (freed) segment is what
                    leaves the GPU first; a job that fits never spills
+  lazy_two_streams with GVM_SPILL_HOST_MAP=lazy, a second stream rewrites
+                   half the weights in place while the first reads the
+                   other half, then all (ordered by an event, as PyTorch
+                   programs do): the sums equal the native run's bit for
+                   bit, so no swap copied a weight out before the other
+                   stream's last write to it had finished (core/usemark.h)
 
 Exit 77 without torch or a GPU.
 """
@@ -220,7 +226,36 @@ def child_cached(args):
     return res
 
 
-HANDLERS = {"spill_train": child_spill_train, "threshold": child_threshold, "pause": child_pause,
+def child_two_streams(args):
+    torch = torch_or_skip()
+    n, rows, steps = args["weights"], args["rows"], args["steps"]
+    need_free(torch, n * rows * 8192 * 4 + 512 * MiB)
+    dev = torch.device("cuda", 0)
+    g = torch.Generator(device=dev)
+    g.manual_seed(77)
+    ws = [torch.rand(rows, 8192, device=dev, generator=g) for _ in range(n)]
+    x = torch.rand(8192, 16, device=dev, generator=g)
+    side = torch.cuda.Stream()
+    sums = []
+    for _ in range(steps):
+        side.wait_stream(torch.cuda.current_stream())
+        done = torch.cuda.Event()
+        with torch.cuda.stream(side):
+            for w in ws[1::2]:
+                w.mul_(0.5).add_(0.25).mul_(1.5).sub_(0.125)
+            done.record(side)
+        acc = torch.zeros((), device=dev)
+        for w in ws[0::2]:
+            acc += (w @ x).sum()
+        torch.cuda.current_stream().wait_event(done)
+        for w in ws:
+            acc += (w @ x).sum()
+        sums.append(float(acc.item()).hex())
+    torch.cuda.synchronize()
+    return {"sums": sums}
+
+
+HANDLERS = {"spill_train": child_spill_train, "two_streams": child_two_streams, "threshold": child_threshold, "pause": child_pause,
             "cached": child_cached}
 
 # ---- the parent ----------------------------------------------------------------
@@ -351,11 +386,25 @@ def case_cached_first():
     gt.expect(fits.stats["spills"] == 0, "a job that fits spilled %d times" % fits.stats["spills"])
 
 
+def case_lazy_two_streams():
+    args = {"weights": 24, "rows": 4096, "steps": 6}   # 24 x 128 MiB: 1.5x the limit
+    ref = gt.run_child(__file__, "two_streams", args, shim=False)
+    got = gt.run_child(__file__, "two_streams", args, shim=True,
+                       env={"GVM_DEVICE_LIMIT": LIMIT, "GVM_SPILL": "host", "GVM_SPILL_HOST_MAP": "lazy"})
+    st = got.stats
+    print("  sums %s (native %s); spills %d, swaps that waited for their regions' last uses %d"
+          % (got.result["sums"][-1], ref.result["sums"][-1], st["spills"], st["use_waits"]))
+    gt.expect(got.result["sums"] == ref.result["sums"], "sums differ from the native run: %s vs %s"
+              % (got.result["sums"], ref.result["sums"]))
+    gt.expect(st["spills"] > 0, "nothing spilled: the case tests nothing")
+    gt.expect(st["use_waits"] > 0, "no swap waited for its regions' events: the case tests nothing")
+
+
 def main():
     return gt.suite_main("torch-policy", "torch", HANDLERS,
                          [("spill_host", case_spill_host), ("spill_peer", case_spill_peer),
                           ("threshold_rule", case_threshold_rule), ("pause_resume", case_pause_resume),
-                          ("cached_first", case_cached_first)])
+                          ("cached_first", case_cached_first), ("lazy_two_streams", case_lazy_two_streams)])
 
 
 if __name__ == "__main__":
