@@ -5,7 +5,6 @@
 #include "core/stats.h"
 #include "core/topo.h"
 
-#include <pthread.h>
 #include <sched.h>
 
 bool gvm_usemark_recording;
@@ -58,12 +57,23 @@ static void record(struct gvm_usemark *m, CUstream stream, uintptr_t owner)
     unlock(m);
 }
 
+/* A number per thread, never reused (pthread_self is: a thread started
+ * after another ended may get its id while the ended one's work still
+ * runs on its own default stream). */
+static uintptr_t thread_number(void)
+{
+    static uintptr_t threads;
+    static __thread uintptr_t mine;
+    if (!mine) mine = __atomic_add_fetch(&threads, 1, __ATOMIC_RELAXED);
+    return mine;
+}
+
 void gvm_usemark_launch(struct gvm_region *const *r, int n, CUstream stream, bool per_thread)
 {
     uintptr_t owner = 0;
     if (per_thread && !stream) stream = CU_STREAM_PER_THREAD;
     /* One handle, a stream per thread: the thread tells them apart. */
-    if (stream == CU_STREAM_PER_THREAD) owner = (uintptr_t)pthread_self();
+    if (stream == CU_STREAM_PER_THREAD) owner = thread_number();
     for (int i = 0; i < n; i++) record(&r[i]->usemark, stream, owner);
 }
 

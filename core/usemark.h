@@ -33,7 +33,7 @@ struct gvm_usemark {
     uint64_t unknown;                     /* gvm_topo_quiesce_epoch() + 1 at the last use not recorded; 0: none */
     CUevent ev[GVM_USEMARK_STREAMS];      /* created on first use, kept with the record */
     CUstream stream[GVM_USEMARK_STREAMS]; /* the stream each event was last recorded on */
-    uintptr_t owner[GVM_USEMARK_STREAMS]; /* the thread, for a per-thread default stream; else 0 */
+    uintptr_t owner[GVM_USEMARK_STREAMS]; /* for a per-thread default stream, its thread's number; else 0 */
     bool used[GVM_USEMARK_STREAMS];
 };
 

@@ -1770,6 +1770,66 @@ static void a_use_without_an_event_makes_the_swap_wait_for_the_devices(void)
     end_hand_off(w, 190, base);
 }
 
+/* Each region used on three streams: with the earlier streams' work done,
+ * the third takes a slot whose event has completed and swaps still wait
+ * for events; with that work still queued (cuEventQuery: not ready), the
+ * use cannot be recorded and the next swap waits for the devices. */
+static void a_third_stream_busy_makes_the_swap_wait_for_the_devices(void)
+{
+    uintptr_t w[5];
+    struct leaks base;
+    start_hand_off(w, 230, false, &base);
+    recorded_sweeps(w, 2);   /* each region's first slot: the legacy stream */
+    CUstream s[4];
+    for (int k = 0; k < 4; k++) CHECK_EQ(cuStreamCreate(&s[k], CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    for (int busy = 0; busy < 2; busy++) {
+        if (busy) simcuda_fail_calls("cuEventQuery", 1, 1000, CUDA_ERROR_NOT_READY);
+        for (int i = 0; i < 5; i++) {
+            struct gvm_region *r = gvm_heap_region(w[i]);
+            for (int k = 0; k < 2; k++) gvm_usemark_launch(&r, 1, s[2 * busy + k], false);   /* streams new to it */
+        }
+        simcuda_fail_calls("cuEventQuery", 0, 0, CUDA_SUCCESS);
+        unsigned long whole = device_waits();
+        recorded_sweeps(w, 1);
+        if (busy)
+            CHECK(device_waits() > whole);
+        else
+            CHECK_EQ(device_waits(), whole);
+    }
+    for (int k = 0; k < 4; k++) CHECK_EQ(cuStreamDestroy_v2(s[k]), CUDA_SUCCESS);
+    end_hand_off(w, 230, base);
+}
+
+static void *launch_on_own_stream(void *r)
+{
+    CHECK_EQ(gvm_drv.cuCtxSetCurrent(test_ctx), CUDA_SUCCESS);
+    struct gvm_region *rr = r;
+    gvm_usemark_launch(&rr, 1, NULL, true);   /* cuLaunchKernel_ptsz on the default stream */
+    return NULL;
+}
+
+/* The per-thread default stream is one handle for as many streams as
+ * threads: launches of two threads on it are two streams, and a region
+ * whose slots are all busy with other streams cannot record a third. */
+static void per_thread_streams_of_two_threads_are_two_streams(void)
+{
+    uintptr_t w[5];
+    struct leaks base;
+    start_hand_off(w, 240, false, &base);
+    recorded_sweeps(w, 1);   /* the first slot: the legacy stream */
+    test_ctx = current_ctx();
+    struct gvm_region *r = gvm_heap_region(w[0]);
+    simcuda_fail_calls("cuEventQuery", 1, 1000, CUDA_ERROR_NOT_READY);   /* every stream's work still queued */
+    for (int t = 0; t < 2; t++) {
+        pthread_t th;
+        CHECK_EQ(pthread_create(&th, NULL, launch_on_own_stream, r), 0);
+        pthread_join(th, NULL);
+        CHECK_EQ(GVM_LOAD(r->usemark.unknown) != 0, t == 1);   /* the second thread's stream finds no slot */
+    }
+    simcuda_fail_calls("cuEventQuery", 0, 0, CUDA_SUCCESS);
+    end_hand_off(w, 240, base);
+}
+
 /* An event call failing for two sweeps: a use whose event cannot be made
  * or recorded, or an event wait that fails, ends in a wait for the
  * devices; the data, the limit and the driver's objects are as without
@@ -2034,6 +2094,8 @@ static const struct test_case cases[] = {
     TEST_ENTRY(a_lazy_swap_with_busy_victims_leaves_the_data_on_host)
     TEST_ENTRY(lazy_swaps_wait_for_the_last_uses_of_their_regions)
     TEST_ENTRY(a_use_without_an_event_makes_the_swap_wait_for_the_devices)
+    TEST_ENTRY(a_third_stream_busy_makes_the_swap_wait_for_the_devices)
+    TEST_ENTRY(per_thread_streams_of_two_threads_are_two_streams)
     TEST_ENTRY(a_failed_event_create_falls_back_to_a_device_wait)
     TEST_ENTRY(a_failed_event_record_falls_back_to_a_device_wait)
     TEST_ENTRY(a_failed_event_wait_falls_back_to_a_device_wait)
