@@ -286,7 +286,7 @@ static CUresult wait_for_uses(struct gvm_region *in, const struct gvm_move_req *
         if (!shelve[i]) return gvm_topo_quiesce();
         all[i + 1] = req[i].r;
     }
-    return lazy(in) ? gvm_usemark_wait(all, n + 1, NULL) : gvm_topo_quiesce();
+    return lazy(in) ? gvm_usemark_wait(all, n + 1) : gvm_topo_quiesce();
 }
 
 int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const *out, const int *to, int nout,

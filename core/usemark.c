@@ -63,7 +63,7 @@ static void record(struct gvm_usemark *m, CUstream stream, uintptr_t owner)
 static uintptr_t thread_number(void)
 {
     static uintptr_t threads;
-    static __thread uintptr_t mine;
+    static __thread uintptr_t mine __attribute__((tls_model("initial-exec")));
     if (!mine) mine = __atomic_add_fetch(&threads, 1, __ATOMIC_RELAXED);
     return mine;
 }
@@ -108,31 +108,24 @@ static bool events_of(struct gvm_region *r, CUevent *ev, int *nev)
     return known;
 }
 
-static CUresult whole(bool *was_whole)
-{
-    if (was_whole) *was_whole = true;
-    return gvm_topo_quiesce();
-}
-
-CUresult gvm_usemark_wait(struct gvm_region *const *r, int n, bool *was_whole)
+CUresult gvm_usemark_wait(struct gvm_region *const *r, int n)
 {
     if (!gvm_usemark_on()) {
         /* From now on launches record; the whole wait covers those before. */
         __atomic_store_n(&untracked, stamp_now(), __ATOMIC_SEQ_CST);
         __atomic_store_n(&gvm_usemark_recording, true, __ATOMIC_SEQ_CST);
-        return whole(was_whole);
+        return gvm_topo_quiesce();
     }
-    if (!settled(__atomic_load_n(&untracked, __ATOMIC_ACQUIRE))) return whole(was_whole);
+    if (!settled(__atomic_load_n(&untracked, __ATOMIC_ACQUIRE))) return gvm_topo_quiesce();
     CUevent ev[n * GVM_USEMARK_STREAMS + 1];
     int nev = 0;
     for (int i = 0; i < n; i++)
-        if (r[i] && !events_of(r[i], ev, &nev)) return whole(was_whole);
+        if (r[i] && !events_of(r[i], ev, &nev)) return gvm_topo_quiesce();
     /* The events are the records' own: a launch re-recording one meanwhile
      * named a region the caller holds (it waits for the move), or one it
      * does not (later work, waited for too). */
     for (int i = 0; i < nev; i++)
-        if (DRV(cuEventSynchronize, ev[i]) != CUDA_SUCCESS) return whole(was_whole);
-    if (was_whole) *was_whole = false;
+        if (DRV(cuEventSynchronize, ev[i]) != CUDA_SUCCESS) return gvm_topo_quiesce();
     gvm_stat_inc(use_waits);
     return CUDA_SUCCESS;
 }

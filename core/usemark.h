@@ -58,9 +58,9 @@ void gvm_usemark_untracked(void);
 void gvm_usemark_reset(struct gvm_region *r);
 
 /* Waits until no queued work uses r[0..n): their recorded events, or one
- * whole wait when any use is unknown. *whole tells which (may be NULL).
- * Returns CUDA_SUCCESS or the error of the wait (a whole wait's, when an
- * event wait failed: the sticky error the devices hold, if any). */
-CUresult gvm_usemark_wait(struct gvm_region *const *r, int n, bool *whole);
+ * whole wait when any use is unknown (stats use_waits counts the event
+ * waits). Returns CUDA_SUCCESS or the error of the wait (a whole wait's,
+ * when an event wait failed: the sticky error the devices hold, if any). */
+CUresult gvm_usemark_wait(struct gvm_region *const *r, int n);
 
 #endif
