@@ -1596,6 +1596,18 @@ static void start_hand_off(uintptr_t *w, uint32_t seed, bool touched, struct lea
     }
 }
 
+/* The end of every case begun with start_hand_off: each buffer keeps its
+ * data (seed + i), the limit held, no lazy spill left once they are
+ * freed, nothing leaked. */
+static void end_hand_off(const uintptr_t *w, uint32_t seed, struct leaks base)
+{
+    for (int i = 0; i < 5; i++) CHECK(intact_used(w[i], 6 * MiB, seed + (uint32_t)i));
+    CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
+    for (int i = 0; i < 5; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
+    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED), 0u);
+    CHECK_NO_LEAK(base);
+}
+
 /* A swap whose put fails after handing blocks off: the first handed block
  * cannot get its copy back into device memory either (its copy fails too),
  * so its host piece is mapped in place; the other gets fresh device memory.
@@ -1617,11 +1629,7 @@ static void a_failed_hand_off_puts_blocks_back(void)
     int mixed = 0;
     for (int i = 0; i < 5; i++) mixed += where(w[i]) == GVM_MIXED;
     CHECK_EQ(mixed, 1);
-    for (int i = 0; i < 5; i++) CHECK(intact_used(w[i], 6 * MiB, 170 + (uint32_t)i));
-    CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
-    for (int i = 0; i < 5; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
-    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED), 0u);
-    CHECK_NO_LEAK(base);
+    end_hand_off(w, 170, base);
 }
 
 /* A lazy swap whose victims are all in use (announced by calls still
@@ -1646,11 +1654,7 @@ static void a_lazy_swap_with_busy_victims_leaves_the_data_on_host(void)
     CHECK(intact_used(w[0], 6 * MiB, 190));   /* on host, mapped for the call */
     gvm_use_end(busy3);
     gvm_use_end(busy4);
-    for (int i = 0; i < 5; i++) CHECK(intact_used(w[i], 6 * MiB, 190 + (uint32_t)i));
-    CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
-    for (int i = 0; i < 5; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
-    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED), 0u);
-    CHECK_NO_LEAK(base);
+    end_hand_off(w, 190, base);
 }
 
 /* A lazy sweep keeps a margin of one block, not of one buffer: the buffers
@@ -1677,10 +1681,7 @@ static void a_lazy_swap_needs_room_for_one_block(void)
         }
     }
     CHECK(gvm_stats.swap_handoffs > handed);   /* what GVM_STATS shows */
-    for (int i = 0; i < 5; i++) CHECK(intact_used(w[i], 6 * MiB, 150 + (uint32_t)i));
-    for (int i = 0; i < 5; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
-    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED), 0u);
-    CHECK_NO_LEAK(base);
+    end_hand_off(w, 150, base);
 }
 
 /* ---- per-region completion (core/usemark.h) -------------------------------- */
@@ -1715,13 +1716,6 @@ static int recorded_sweeps(const uintptr_t *w, int sweeps)
 }
 
 static unsigned long device_waits(void) { return simcuda_calls_of("cuCtxSynchronize"); }
-
-static void end_hand_off(const uintptr_t *w, uint32_t seed, struct leaks base)
-{
-    for (int i = 0; i < 5; i++) CHECK(intact_used(w[i], 6 * MiB, seed + (uint32_t)i));
-    for (int i = 0; i < 5; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
-    CHECK_NO_LEAK(base);
-}
 
 /* Once the first lazy swap has waited for the device (and started the
  * recording), a sweep whose launches all recorded their uses swaps at
