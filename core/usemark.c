@@ -1,6 +1,7 @@
 #include "core/usemark.h"
 
 #include "core/driver.h"
+#include "core/log.h"
 #include "core/region.h"
 #include "core/stats.h"
 #include "core/topo.h"
@@ -12,6 +13,7 @@ bool gvm_usemark_recording;
 /* gvm_topo_quiesce_epoch() + 1 at the last work of unknown reach (and at
  * the start of recording: launches before it recorded nothing). */
 static uint64_t untracked;
+static const char *untracked_why = "the start of recording";
 
 static void lock(struct gvm_usemark *m)
 {
@@ -82,9 +84,11 @@ void gvm_usemark_unknown(struct gvm_region *r)
     if (r && gvm_usemark_on()) mark_unknown(&r->usemark);
 }
 
-void gvm_usemark_untracked(void)
+void gvm_usemark_untracked(const char *why)
 {
-    if (gvm_usemark_on()) __atomic_store_n(&untracked, stamp_now(), __ATOMIC_RELEASE);
+    if (!gvm_usemark_on()) return;
+    __atomic_store_n(&untracked_why, why, __ATOMIC_RELAXED);
+    __atomic_store_n(&untracked, stamp_now(), __ATOMIC_RELEASE);
 }
 
 void gvm_usemark_reset(struct gvm_region *r)
@@ -116,11 +120,18 @@ CUresult gvm_usemark_wait(struct gvm_region *const *r, int n)
         __atomic_store_n(&gvm_usemark_recording, true, __ATOMIC_SEQ_CST);
         return gvm_topo_quiesce();
     }
-    if (!settled(__atomic_load_n(&untracked, __ATOMIC_ACQUIRE))) return gvm_topo_quiesce();
+    if (!settled(__atomic_load_n(&untracked, __ATOMIC_ACQUIRE))) {
+        gvm_debug("use wait: whole: work of unknown reach (%s) since the last whole wait",
+                  __atomic_load_n(&untracked_why, __ATOMIC_RELAXED));
+        return gvm_topo_quiesce();
+    }
     CUevent ev[n * GVM_USEMARK_STREAMS + 1];
     int nev = 0;
     for (int i = 0; i < n; i++)
-        if (r[i] && !events_of(r[i], ev, &nev)) return gvm_topo_quiesce();
+        if (r[i] && !events_of(r[i], ev, &nev)) {
+            gvm_debug("use wait: whole: a use of %#lx not recorded", (unsigned long)r[i]->base);
+            return gvm_topo_quiesce();
+        }
     /* The events are the records' own: a launch re-recording one meanwhile
      * named a region the caller holds (it waits for the move), or one it
      * does not (later work, waited for too). */

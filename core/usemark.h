@@ -50,8 +50,9 @@ void gvm_usemark_launch(struct gvm_region *const *r, int n, CUstream stream, boo
  * queued). */
 void gvm_usemark_unknown(struct gvm_region *r);
 
-/* Work that may reach any region (call after it is queued). */
-void gvm_usemark_untracked(void);
+/* Work that may reach any region (call after it is queued); `why` names
+ * it in the debug log of the next whole wait. */
+void gvm_usemark_untracked(const char *why);
 
 /* A reused record starts with no uses: those of its last allocation are
  * covered by the wait that let its memory be reused. */

@@ -99,12 +99,16 @@
     X(learn_loop, bool, "1", live,                                             \
       "once spilling, learn the program's loop from its launches and send "    \
       "out first what it needs furthest ahead (0: least recently used first)") \
-    X(prefetch, bool, "0", live,                                               \
+    X(prefetch, bool, "1", live,                                               \
       "with spill_host_map=lazy: a background thread swaps in the spilled "    \
       "allocation the program needs next while the kernels before it run "     \
       "(its copies overlap the program's work; what leaves is what the loop "  \
       "needs furthest ahead, and a kernel reaching it through a pointer that " \
       "is not one of its arguments may read it mid-copy)")                     \
+    X(prefetch_trial, bool, "1", live,                                         \
+      "with prefetch on: once the loop is learned, time a few of its steps "   \
+      "with the prefetch and a few without, keep the faster for the next "     \
+      "100 steps, then try again (0: prefetch at every step)")                 \
     X(track_launches, track_launches, "auto", start,                           \
       "scan kernel launch arguments for recency (auto: only when spill is "    \
       "on)")                                                                   \

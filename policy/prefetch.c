@@ -20,8 +20,10 @@
 #include "core/shelf.h"
 #include "core/stats.h"
 #include "core/topo.h"
+#include "core/trace.h"
 #include "policy/policy.h"
 #include "policy/recur.h"
+#include "policy/trial.h"
 #include "policy/victims.h"
 
 #include <pthread.h>
@@ -33,6 +35,7 @@
 struct request {
     struct gvm_region *in, *out[MAX_OUT];
     int to[MAX_OUT], nout, device;
+    uint32_t in_next, out_next;
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -44,6 +47,13 @@ static bool posted;   /* a request posted or running; written under lock, read w
  * swap worth making, the next few do not look again. */
 #define REST 4
 static unsigned rest;
+
+/* The trial (policy/trial.h): its state changes at step ends, under
+ * trial_lock; launches read `trying_on` only. */
+static pthread_mutex_t trial_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct gvm_trial trial;
+static uint32_t trial_period, step_start;   /* the period timed, the launch that began the step */
+static bool trying_on = true;
 
 static bool enabled(const struct gvm_config *cfg)
 {
@@ -103,7 +113,7 @@ static bool plan(const struct gvm_config *cfg, int device, struct request *q)
      * for it; in a sweep the weight just read is the one needed last. */
     struct gvm_victims v = {0};
     bool ok = gvm_victims_for_swap(device, need, GVM_LOAD(in->last_use), &in, 1, &v) > 0 && v.n <= MAX_OUT;
-    *q = (struct request){.in = in, .device = device};
+    *q = (struct request){.in = in, .device = device, .in_next = in_next, .out_next = v.n ? v.v[0].next_use : 0};
     for (size_t i = 0; ok && i < v.n; i++) {
         size_t bytes = GVM_LOAD(v.v[i].r->mapped);
         /* Nothing leaves that the loop needs before `in`. */
@@ -127,8 +137,9 @@ static void *worker(void *arg)
         if (!gvm_capture_open(-1)) {
             int gone = gvm_relocate_swap(q.in, q.device, q.out, q.to, q.nout, GVM_RELOC_SHELVE, &rc);
             if (rc == CUDA_SUCCESS) gvm_stat_inc(prefetches);
-            gvm_debug("prefetch: %#lx to device %d, %d region(s) out: %s", (unsigned long)q.in->base, q.device,
-                      gone, rc == CUDA_SUCCESS ? "done" : "not done");
+            gvm_debug("prefetch: %#lx to device %d, %d region(s) out: %s (needed in %u launches, first out in %u)",
+                      (unsigned long)q.in->base, q.device, gone, rc == CUDA_SUCCESS ? "done" : "not done",
+                      q.in_next, q.out_next);
         }
         pthread_mutex_lock(&lock);
         __atomic_store_n(&posted, false, __ATOMIC_RELEASE);
@@ -143,6 +154,7 @@ static void after_fork_child(void)
     pthread_mutex_init(&lock, NULL);
     pthread_cond_init(&wake, NULL);
     pthread_cond_init(&idle, NULL);
+    pthread_mutex_init(&trial_lock, NULL);
     posted = started = false;
     rest = 0;
 }
@@ -163,10 +175,41 @@ static bool start(void)
     return started;
 }
 
+/* Whether this step prefetches: at a step's end (a period of launches
+ * after its start) the trial times it. A new period starts a new trial. */
+static bool trial_allows(void)
+{
+    uint32_t period = gvm_recur_period(), now = gvm_recur_launches();
+    if (!period) return false;
+    if (__atomic_load_n(&trial_period, __ATOMIC_RELAXED) == period &&
+        now - __atomic_load_n(&step_start, __ATOMIC_RELAXED) < period)
+        return __atomic_load_n(&trying_on, __ATOMIC_RELAXED);
+    if (pthread_mutex_trylock(&trial_lock) != 0) return __atomic_load_n(&trying_on, __ATOMIC_RELAXED);
+    bool on;
+    if (trial_period != period) {
+        gvm_trial_reset(&trial);
+        on = gvm_trial_step(&trial, gvm_trace_now());
+        __atomic_store_n(&trial_period, period, __ATOMIC_RELAXED);
+        __atomic_store_n(&step_start, now, __ATOMIC_RELAXED);
+    } else if (now - step_start >= period) {
+        /* More than a step since the last look: the time is not one step's. */
+        if (now - step_start >= 2 * period) gvm_trial_lost(&trial);
+        on = gvm_trial_step(&trial, gvm_trace_now());
+        __atomic_store_n(&step_start, step_start + period * ((now - step_start) / period), __ATOMIC_RELAXED);
+    } else {
+        on = trial.on;
+    }
+    __atomic_store_n(&trying_on, on, __ATOMIC_RELAXED);
+    pthread_mutex_unlock(&trial_lock);
+    return on;
+}
+
 void gvm_prefetch_after(struct gvm_region *const *used, int n)
 {
     const struct gvm_config *cfg = gvm_policy_cfg();
-    if (!n || !enabled(cfg) || __atomic_load_n(&posted, __ATOMIC_ACQUIRE)) return;
+    if (!n || !enabled(cfg)) return;
+    if (cfg->prefetch_trial && !trial_allows()) return;
+    if (__atomic_load_n(&posted, __ATOMIC_ACQUIRE)) return;
     unsigned left = __atomic_load_n(&rest, __ATOMIC_RELAXED);
     if (left) {
         __atomic_store_n(&rest, left - 1, __ATOMIC_RELAXED);   /* racy by design: a count, not a lock */

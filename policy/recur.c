@@ -44,17 +44,39 @@ static uint64_t mix(uint64_t h, uint64_t v)
 
 static uint64_t ring_at(uint32_t no) { return __atomic_load_n(&ring[no % RING], __ATOMIC_RELAXED); }
 
-/* Whether the launches up to `now` repeat those `gap` before them. A
- * signature recurring at a short distance (a loss, a scalar: a chunk used
- * by every other launch) does not make a period: the launches between
- * differ. */
-static bool repeats(uint32_t now, uint32_t gap)
+/* How many of the last `span` launches up to `now` differ from those
+ * `gap` before them, counted up to `most` + 1 (more than the ring holds:
+ * all). A signature recurring at a short distance (a loss, a scalar: a
+ * chunk used by every other launch) does not make a period: the launches
+ * between differ. */
+static uint32_t misses(uint32_t now, uint32_t gap, uint32_t span, uint32_t most)
 {
-    if (!gap || gap > RING / 2 - CHECK || now <= gap + CHECK) return false;
-    int misses = 0;
-    for (uint32_t j = 0; j < CHECK; j++)
-        if (ring_at(now - j) != ring_at(now - j - gap) && ++misses > SLACK) return false;
-    return true;
+    if (!gap || gap > RING / 2 - span || now <= gap + span) return UINT32_MAX;
+    uint32_t n = 0;
+    for (uint32_t j = 0; j < span && n <= most; j++) n += ring_at(now - j) != ring_at(now - j - gap);
+    return n;
+}
+
+static uint32_t max3(uint32_t a, uint32_t b, uint32_t c) { return a > b ? (a > c ? a : c) : (b > c ? b : c); }
+
+/* Whether `gap`, which repeated at this launch, should replace the known
+ * period: it must repeat over the last CHECK launches (all but SLACK),
+ * and, with a period known, explain the launches of the longer of the two
+ * better, or as well and be shorter. So a loop inside the step (a burst
+ * of one launch repeated: a period of 1) does not replace the step's
+ * period; a multiple of the period (its key's votes in between skipped, a
+ * launch beside another thread's vote: PyTorch launches the backward pass
+ * from a thread of its own) does not either (adopted, it made the
+ * default-Adam step flip between 273 launches and eight times that every
+ * few steps on an H100, 2026-11-27); a shorter loop the program moved to
+ * does, though the old period, a multiple of it, goes on matching. */
+static bool better(uint32_t now, uint32_t gap, uint32_t known)
+{
+    if (!known) return misses(now, gap, CHECK, SLACK) <= SLACK;
+    uint32_t span = max3(CHECK, gap, known), mine = misses(now, gap, span, SLACK);
+    if (mine > SLACK) return false;
+    uint32_t theirs = misses(now, known, span, mine);
+    return mine < theirs || (mine == theirs && gap < known);
 }
 
 /* The key a launch is looked up by: its signature and the KEY_RUN - 1
@@ -90,7 +112,7 @@ static void vote(uint32_t now)
     struct sig *s = &sigs[(key >> 32) % SIGS];
     if (s->sig == key) {
         uint32_t gap = now - s->at;
-        if (gap != known && repeats(now, gap)) {
+        if (gap != known && better(now, gap, known)) {
             __atomic_store_n(&period, gap, __ATOMIC_RELAXED);
             gvm_stat_inc(loops_learned);
             gvm_debug("loop: learned a period of %u launches (launch %u)", gap, now);
@@ -157,6 +179,8 @@ void gvm_recur_launch(struct gvm_region *const *used, int n)
     pthread_mutex_unlock(&lock);
 }
 
+uint32_t gvm_recur_launches(void) { return __atomic_load_n(&launch_no, __ATOMIC_RELAXED); }
+
 uint32_t gvm_recur_period(void) { return __atomic_load_n(&period, __ATOMIC_RELAXED); }
 
 /* Each run of uses one period ago comes again: one that started less
@@ -180,6 +204,14 @@ uint32_t gvm_recur_next_use(const struct gvm_region *r, uint32_t per)
         else if (ago >= per && ended < per) return 1;
     }
     return best;
+}
+
+void gvm_recur_hold_votes(bool hold)
+{
+    if (hold)
+        pthread_mutex_lock(&lock);
+    else
+        pthread_mutex_unlock(&lock);
 }
 
 void gvm_recur_reset(void)

@@ -10,6 +10,7 @@
 
 #include "core/region.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 /* No use of the region is expected within a period (or none is known). */
@@ -25,6 +26,10 @@ void gvm_recur_start(void);
  * same allocations were launched on last). */
 void gvm_recur_launch(struct gvm_region *const *used, int n);
 
+/* The number of the latest launch recorded (launches counted since
+ * learning started). */
+uint32_t gvm_recur_launches(void);
+
 /* The learned period in launches, 0 while none is known. */
 uint32_t gvm_recur_period(void);
 
@@ -32,6 +37,10 @@ uint32_t gvm_recur_period(void);
  * (from gvm_recur_period, nonzero): from 1 (the next launch) to the
  * period, or GVM_RECUR_NEVER when it was not used in the last period. */
 uint32_t gvm_recur_next_use(const struct gvm_region *r, uint32_t period);
+
+/* Holds the vote's lock (tests: a launch then skips its vote, as one
+ * beside another thread's vote does). */
+void gvm_recur_hold_votes(bool hold);
 
 /* Forgets what was learned and stops learning until the next spill
  * (tests; a new policy). */

@@ -181,7 +181,7 @@ static void collect(struct used *u, void *fn, void **params, void **extra)
 static void note_uses(const struct used *u, CUresult rc, CUstream s, bool per_thread)
 {
     if (rc != CUDA_SUCCESS) return;   /* nothing was queued */
-    if (u->partial) gvm_usemark_untracked();
+    if (u->partial) gvm_usemark_untracked("a launch scanned in part");
     if (!u->n) return;
     if (gvm_capture_open(-1)) {
         /* Captured, it runs at the graph's launch; on another stream, now:
@@ -254,7 +254,7 @@ COOP_HOOK(cuLaunchCooperativeKernel_ptsz, true)
         gvm_policy_map_spilled();                                              \
         gvm_move_gate_enter();                                                 \
         CUresult rc = GVM_REAL(fn)(g, s);                                        \
-        if (rc == CUDA_SUCCESS) gvm_usemark_untracked();                       \
+        if (rc == CUDA_SUCCESS) gvm_usemark_untracked("a graph");              \
         gvm_move_gate_leave();                                                 \
         return rc;                                                             \
     }

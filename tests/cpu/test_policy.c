@@ -18,6 +18,7 @@
 #include "policy/settings.h"
 #include "policy/spill.h"
 #include "policy/tags.h"
+#include "policy/trial.h"
 
 #include <pthread.h>
 #include <string.h>
@@ -514,12 +515,65 @@ static void the_loop_model_learns_and_unlearns(void)
     recur_launch_each(r, 6, 30);
     CHECK_EQ(gvm_recur_period(), 6u);
     for (int i = 0; i < 6; i++) CHECK_EQ(gvm_recur_next_use(r[i], 6), (uint32_t)i + 1);
-    /* A region the loop left behind is not expected. */
+    /* A shorter loop replaces it (the old period, a multiple of the new
+     * one, would go on matching). A region the loop left behind is not
+     * expected. */
     struct gvm_region *only[2] = {r[0], r[1]};
     recur_launch_each(only, 2, 40);
     CHECK_EQ(gvm_recur_period(), 2u);
     CHECK_EQ(gvm_recur_next_use(r[5], 2), GVM_RECUR_NEVER);
     for (int i = 0; i < 6; i++) free(r[i]);
+}
+
+/* A step that launches one kernel many times in a row (a side stream's
+ * GEMMs, sixty a step on an H100) holds a loop of period 1 inside it:
+ * the step's period stays learned through the burst, and each region's
+ * next use is still where it was a step ago. Adopting the burst's period
+ * made every step learn 1 and then its own period again, and the weights
+ * predicted in between came and went (2026-11-27). */
+static void a_burst_inside_a_step_keeps_the_steps_period(void)
+{
+    gvm_recur_reset();
+    gvm_recur_start();
+    struct gvm_region *r[9];
+    for (int i = 0; i < 9; i++) r[i] = fake_region(0x200000000ul + ((uintptr_t)i << 30));
+    uint64_t learned = 0;
+    for (int step = 0; step < 8; step++) {
+        if (step == 4) learned = gvm_stats.loops_learned;
+        recur_launch_each(&r[8], 1, 40);   /* the burst */
+        recur_launch_each(r, 8, 1);
+        CHECK(step < 3 || gvm_recur_period() == 48u);
+    }
+    CHECK_EQ(gvm_stats.loops_learned, learned);   /* nothing relearned once known */
+    /* Just after the step's sweep: the burst is next, then r0..r7. */
+    CHECK_EQ(gvm_recur_next_use(r[8], 48), 1u);
+    for (int i = 0; i < 8; i++) CHECK_EQ(gvm_recur_next_use(r[i], 48), 41u + (uint32_t)i);
+    for (int i = 0; i < 9; i++) free(r[i]);
+}
+
+/* Launches whose votes are skipped (each launch beside another thread's
+ * vote skips its own: PyTorch launches the backward pass from a thread of
+ * its own) leave their keys' last sightings a few periods back: the gap
+ * is a multiple of the period, and the loop is still the same one. */
+static void skipped_votes_keep_the_period(void)
+{
+    gvm_recur_reset();
+    gvm_recur_start();
+    struct gvm_region *r[8];
+    for (int i = 0; i < 8; i++) r[i] = fake_region(0x300000000ul + ((uintptr_t)i << 30));
+    recur_launch_each(r, 8, 10);
+    CHECK_EQ(gvm_recur_period(), 8u);
+    uint64_t learned = gvm_stats.loops_learned;
+    for (int round = 0; round < 4; round++) {
+        gvm_recur_hold_votes(true);
+        recur_launch_each(r, 8, 1 + round);   /* one to four steps unvoted */
+        gvm_recur_hold_votes(false);
+        recur_launch_each(r, 8, 6);
+        CHECK_EQ(gvm_recur_period(), 8u);
+    }
+    CHECK_EQ(gvm_stats.loops_learned, learned);
+    for (int i = 0; i < 8; i++) CHECK_EQ(gvm_recur_next_use(r[i], 8), (uint32_t)i + 1);
+    for (int i = 0; i < 8; i++) free(r[i]);
 }
 
 /* A region used more than once a step is next needed at its earliest use
@@ -1752,7 +1806,7 @@ static void a_use_without_an_event_makes_the_swap_wait_for_the_devices(void)
         if (round == 0)
             for (int i = 0; i < 5; i++) gvm_usemark_unknown(gvm_heap_region(w[i]));
         else
-            gvm_usemark_untracked();
+            gvm_usemark_untracked("a test");
         unsigned long whole = device_waits();
         recorded_launch(w, 0);
         recorded_launch(w, 1);
@@ -1850,7 +1904,8 @@ static void a_failed_event_wait_falls_back_to_a_device_wait(void) { an_event_cal
 /* ---- prefetch ------------------------------------------------------------- */
 
 static const char *const prefetch_kv[] = {"device_limit", "0:16M", "spill", "host", "spill_host_map", "lazy",
-                                          "prefetch", "1", "promote_interval", "3600s", NULL};
+                                          "prefetch", "1", "prefetch_trial", "0",
+                                          "promote_interval", "3600s", NULL};
 
 /* One launch on w[i] as the launch hook makes it: the policy first, then
  * the region announced (where it is then is where the kernel reads it:
@@ -1965,8 +2020,8 @@ static void prefetch_keeps_what_every_launch_shares(void)
  * starts at the next launch. Eight sweeps each: the loop is learned. */
 static void prefetch_needs_lazy_spills(void)
 {
-    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "prefetch", "1", "promote_interval", "3600s",
-                        NULL};
+    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "prefetch", "1", "prefetch_trial", "0",
+                        "promote_interval", "3600s", NULL};
     start_limited(kv);
     uintptr_t w[8];
     for (int i = 0; i < 8; i++) {
@@ -1990,6 +2045,107 @@ static void prefetch_needs_lazy_spills(void)
     CHECK(gvm_stats.prefetches > 0);
     for (int i = 0; i < 8; i++) CHECK(intact_used(w[i], 4 * MiB, 130 + (uint32_t)i));
     for (int i = 0; i < 8; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
+}
+
+/* A program's steps as the trial times them, on a clock of its own:
+ * each step takes `with` ns while the prefetch runs and `without` while it
+ * does not, the spike_at-th step with it ten times more (an outlier: a
+ * collection). Returns how many of the steps prefetched. */
+struct trial_run {
+    struct gvm_trial t;
+    uint64_t clock;
+    bool on;
+};
+
+static void trial_begin(struct trial_run *x)
+{
+    gvm_trial_reset(&x->t);
+    x->clock += 1000;
+    x->on = gvm_trial_step(&x->t, x->clock);   /* the trial starts at a step's end */
+}
+
+static int trial_steps(struct trial_run *x, int steps, uint64_t with, uint64_t without, int spike_at)
+{
+    int prefetched = 0;
+    for (int s = 0; s < steps; s++) {
+        prefetched += x->on;
+        x->clock += x->on ? with : without;
+        if (x->on && prefetched == spike_at) x->clock += 10 * with;
+        x->on = gvm_trial_step(&x->t, x->clock);
+    }
+    return prefetched;
+}
+
+/* The trial runs six steps with the prefetch (the first, after the
+ * switch, untimed), six without, and keeps the faster median for 100
+ * steps, then tries again; one slow step does not decide it, a tie turns
+ * it off, and steps that went by untimed do not count as one. */
+static void the_prefetch_trial_keeps_the_faster_side(void)
+{
+    const uint64_t ms = 1000000;
+    struct trial_run x = {0};
+    trial_begin(&x);
+    CHECK_EQ(trial_steps(&x, 12, 9 * ms, 10 * ms, 0), 6);
+    CHECK(x.on);   /* faster with it: kept */
+    CHECK_EQ(trial_steps(&x, GVM_TRIAL_HOLD, 9 * ms, 10 * ms, 0), GVM_TRIAL_HOLD);
+    trial_begin(&x);
+    CHECK_EQ(trial_steps(&x, 12, 11 * ms, 10 * ms, 0), 6);
+    CHECK(!x.on);   /* slower with it: dropped */
+    CHECK_EQ(trial_steps(&x, GVM_TRIAL_HOLD - 1, 11 * ms, 10 * ms, 0), 0);
+    CHECK(!x.on);
+    CHECK_EQ(trial_steps(&x, 1, 11 * ms, 10 * ms, 0), 0);
+    CHECK(x.on);    /* the hold is over: tried again */
+    trial_begin(&x);
+    CHECK_EQ(trial_steps(&x, 12, 9 * ms, 10 * ms, 3), 6);
+    CHECK(x.on);    /* one step of eleven times its time: the median holds */
+    trial_begin(&x);
+    CHECK_EQ(trial_steps(&x, 12, 10 * ms, 10 * ms, 0), 6);
+    CHECK(!x.on);   /* a tie: off */
+    /* After a stretch that went by untimed, the next end only starts the
+     * clock again, and the step after it is timed. */
+    trial_begin(&x);
+    CHECK_EQ(trial_steps(&x, 1, ms, ms, 0), 1);   /* the settling step */
+    gvm_trial_lost(&x.t);
+    x.clock += 5000 * ms;
+    CHECK(gvm_trial_step(&x.t, x.clock));
+    CHECK_EQ(trial_steps(&x, 5, 2 * ms, ms, 0), 5);
+    CHECK(!x.on);
+    for (int s = 0; s < GVM_TRIAL_STEPS; s++) CHECK_EQ(x.t.with[s], 2 * ms);
+}
+
+/* With prefetch_trial on (the default), a learned sweep runs some steps
+ * without the thread: its steps without make no prefetch, whatever the
+ * verdict after them; every buffer keeps its data, the limit holds, and
+ * nothing leaks. */
+static void the_prefetch_trial_runs_steps_without_it(void)
+{
+    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "spill_host_map", "lazy", "prefetch", "1",
+                        "promote_interval", "3600s", NULL};
+    start_limited(kv);
+    struct leaks base = leaks_now();
+    uintptr_t w[9];
+    for (int i = 0; i < 9; i++) {
+        w[i] = palloc(4 * MiB);
+        fill(w[i], 4 * MiB, 150 + (uint32_t)i);
+    }
+    int idle_run = 0, longest_idle = 0;
+    bool began = false;
+    for (int sweep = 0; sweep < 30; sweep++) {
+        uint64_t before = gvm_stats.prefetches;
+        for (int i = 0; i < 9; i++) {
+            CHECK_EQ(sweep_launch(w, i), 0);
+            CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
+        }
+        bool prefetched = gvm_stats.prefetches > before;
+        began |= prefetched;
+        idle_run = began && !prefetched ? idle_run + 1 : 0;
+        if (idle_run > longest_idle) longest_idle = idle_run;
+    }
+    CHECK(began);
+    CHECK(longest_idle >= GVM_TRIAL_STEPS);   /* six steps without: five whole sweeps at least */
+    for (int i = 0; i < 9; i++) CHECK(intact_used(w[i], 4 * MiB, 150 + (uint32_t)i));
+    for (int i = 0; i < 9; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
+    CHECK_NO_LEAK(base);
 }
 
 /* A driver call failing anywhere in the thread's swap: every buffer keeps
@@ -2051,6 +2207,8 @@ static const struct test_case cases[] = {
     TEST_ENTRY(a_cyclic_sweep_does_not_thrash)
     TEST_ENTRY(a_sweep_with_a_shared_scalar_learns_its_period)
     TEST_ENTRY(the_loop_model_learns_and_unlearns)
+    TEST_ENTRY(a_burst_inside_a_step_keeps_the_steps_period)
+    TEST_ENTRY(skipped_votes_keep_the_period)
     TEST_ENTRY(the_loop_model_predicts_regions_used_often)
     TEST_ENTRY(the_loop_model_learns_runs_of_launches)
     TEST_ENTRY(the_loop_model_sees_a_phase_of_dense_use)
@@ -2097,6 +2255,8 @@ static const struct test_case cases[] = {
     TEST_ENTRY(prefetch_keeps_what_every_launch_shares)
     TEST_ENTRY(prefetch_needs_lazy_spills)
     TEST_ENTRY(failure_during_a_prefetch_keeps_data)
+    TEST_ENTRY(the_prefetch_trial_keeps_the_faster_side)
+    TEST_ENTRY(the_prefetch_trial_runs_steps_without_it)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }
