@@ -195,7 +195,7 @@ static bool trial_allows(void)
         /* More than a step since the last look: the time is not one step's. */
         if (now - step_start >= 2 * period) gvm_trial_lost(&trial);
         on = gvm_trial_step(&trial, gvm_trace_now());
-        __atomic_store_n(&step_start, step_start + period * ((now - step_start) / period), __ATOMIC_RELAXED);
+        __atomic_store_n(&step_start, now, __ATOMIC_RELAXED);
     } else {
         on = trial.on;
     }

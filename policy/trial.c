@@ -54,25 +54,22 @@ static void enter(struct gvm_trial *t, int phase, bool on)
 
 bool gvm_trial_step(struct gvm_trial *t, uint64_t now)
 {
-    uint64_t took = t->last ? now - t->last : 0;
-    bool timed = t->last && t->steps > 0;
+    uint64_t took = now - t->last;
+    bool first = !t->last;   /* the first end seen: no step to time yet */
     t->last = now;
-    if (!took && t->phase != HOLD) return t->on;   /* the first boundary seen: no step to time yet */
-    switch (t->phase) {
-    case WITH:
-        if (timed) t->with[t->steps - 1] = took;
-        if (++t->steps > GVM_TRIAL_STEPS) enter(t, WITHOUT, false);
-        break;
-    case WITHOUT:
-        if (timed) t->without[t->steps - 1] = took;
-        if (++t->steps > GVM_TRIAL_STEPS) {
-            verdict(t);
-            enter(t, HOLD, t->on);
-        }
-        break;
-    default:
+    if (t->phase == HOLD) {
         if (++t->steps >= GVM_TRIAL_HOLD) enter(t, WITH, true);
-        break;
+        return t->on;
+    }
+    if (first) return t->on;
+    uint64_t *times = t->phase == WITH ? t->with : t->without;
+    if (t->steps > 0) times[t->steps - 1] = took;
+    if (++t->steps <= GVM_TRIAL_STEPS) return t->on;
+    if (t->phase == WITH) {
+        enter(t, WITHOUT, false);
+    } else {
+        verdict(t);
+        enter(t, HOLD, t->on);
     }
     return t->on;
 }

@@ -493,6 +493,17 @@ static struct gvm_region *fake_region(uintptr_t base)
     return r;
 }
 
+/* n regions 1 GiB apart from base, for the loop model alone. */
+static void fake_regions(struct gvm_region **r, int n, uintptr_t base)
+{
+    for (int i = 0; i < n; i++) r[i] = fake_region(base + ((uintptr_t)i << 30));
+}
+
+static void free_regions(struct gvm_region **r, int n)
+{
+    for (int i = 0; i < n; i++) free(r[i]);
+}
+
 /* Nothing is learned before the first spill; then a loop's period is
  * adopted once it repeats, each region's next use is where it was used a
  * period ago, and a changed loop replaces the period. */
@@ -500,7 +511,7 @@ static void the_loop_model_learns_and_unlearns(void)
 {
     gvm_recur_reset();
     struct gvm_region *r[6];
-    for (int i = 0; i < 6; i++) r[i] = fake_region(0x100000000ul + ((uintptr_t)i << 30));
+    fake_regions(r, 6, 0x100000000ul);
     recur_launch_each(r, 4, 40);
     CHECK_EQ(gvm_recur_period(), 0u);   /* no spill yet: not even recorded */
     CHECK_EQ(r[0]->nlaunches, 0u);
@@ -522,7 +533,7 @@ static void the_loop_model_learns_and_unlearns(void)
     recur_launch_each(only, 2, 40);
     CHECK_EQ(gvm_recur_period(), 2u);
     CHECK_EQ(gvm_recur_next_use(r[5], 2), GVM_RECUR_NEVER);
-    for (int i = 0; i < 6; i++) free(r[i]);
+    free_regions(r, 6);
 }
 
 /* A step that launches one kernel many times in a row (a side stream's
@@ -536,7 +547,7 @@ static void a_burst_inside_a_step_keeps_the_steps_period(void)
     gvm_recur_reset();
     gvm_recur_start();
     struct gvm_region *r[9];
-    for (int i = 0; i < 9; i++) r[i] = fake_region(0x200000000ul + ((uintptr_t)i << 30));
+    fake_regions(r, 9, 0x200000000ul);
     uint64_t learned = 0;
     for (int step = 0; step < 8; step++) {
         if (step == 4) learned = gvm_stats.loops_learned;
@@ -548,7 +559,7 @@ static void a_burst_inside_a_step_keeps_the_steps_period(void)
     /* Just after the step's sweep: the burst is next, then r0..r7. */
     CHECK_EQ(gvm_recur_next_use(r[8], 48), 1u);
     for (int i = 0; i < 8; i++) CHECK_EQ(gvm_recur_next_use(r[i], 48), 41u + (uint32_t)i);
-    for (int i = 0; i < 9; i++) free(r[i]);
+    free_regions(r, 9);
 }
 
 /* Launches whose votes are skipped (each launch beside another thread's
@@ -560,7 +571,7 @@ static void skipped_votes_keep_the_period(void)
     gvm_recur_reset();
     gvm_recur_start();
     struct gvm_region *r[8];
-    for (int i = 0; i < 8; i++) r[i] = fake_region(0x300000000ul + ((uintptr_t)i << 30));
+    fake_regions(r, 8, 0x300000000ul);
     recur_launch_each(r, 8, 10);
     CHECK_EQ(gvm_recur_period(), 8u);
     uint64_t learned = gvm_stats.loops_learned;
@@ -573,7 +584,7 @@ static void skipped_votes_keep_the_period(void)
     }
     CHECK_EQ(gvm_stats.loops_learned, learned);
     for (int i = 0; i < 8; i++) CHECK_EQ(gvm_recur_next_use(r[i], 8), (uint32_t)i + 1);
-    for (int i = 0; i < 8; i++) free(r[i]);
+    free_regions(r, 8);
 }
 
 /* A region used more than once a step is next needed at its earliest use
@@ -584,7 +595,7 @@ static void the_loop_model_predicts_regions_used_often(void)
     gvm_recur_reset();
     gvm_recur_start();
     struct gvm_region *r[3];
-    for (int i = 0; i < 3; i++) r[i] = fake_region(0x200000000ul + ((uintptr_t)i << 30));
+    fake_regions(r, 3, 0x200000000ul);
     /* r0 is used twice a step: the oldest use within the period counts. */
     struct gvm_region *step[4] = {r[0], r[1], r[0], r[2]};
     recur_launch_each(step, 4, 40);
@@ -603,7 +614,7 @@ static void the_loop_model_predicts_regions_used_often(void)
     uint32_t n0 = gvm_recur_next_use(r[0], per);
     CHECK(n0 >= 1 && n0 <= per);
     CHECK_EQ(gvm_recur_next_use(r[2], per), per);
-    for (int i = 0; i < 3; i++) free(r[i]);
+    free_regions(r, 3);
 }
 
 /* Kernels in runs on the same allocations, as the read loop launches them
