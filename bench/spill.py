@@ -28,7 +28,11 @@ Reported per working set:
 
 Mode "host-lazy": GVM_SPILL=host with GVM_SPILL_HOST_MAP=lazy (spilled
 memory left unmapped until used: a swap pays its copies, not the host
-mapping; --no-lazy: not run).
+mapping; --no-lazy: not run). Its runs take --lazy-warmup warm-up steps
+(default 20) when that is more than --warmup: with lazy spills the
+prefetch thread's trial times the program's first steps with and without
+it and keeps the faster only after about 15 (policy/trial.c), so fewer
+warm-up steps would time the trial, not what a long job runs at.
 
 One more row, mode "host+trace": the host configuration nearest 1.5x the
 limit again with GVM_TRACE set, its step time beside the untraced one
@@ -41,7 +45,8 @@ Exit 77 without torch or a GPU.
 
     bench/spill.py --lib build/preload/libgvmshim.so [--limit 4G]
                    [--ratios 0.8,1.25,1.5,2] [--no-peer] [--no-managed]
-                   [--no-diff] [--no-trace] [--no-lazy] [--deadline 240] [--shim-env GVM_X=V]
+                   [--no-diff] [--no-trace] [--no-lazy] [--lazy-warmup 20] [--deadline 240]
+                   [--shim-env GVM_X=V]
                    [--workload read|train|train-fused]
 """
 import argparse
@@ -423,6 +428,8 @@ def main():
                     help="moved/step from one run (includes the set-up's spills), half the runs")
     ap.add_argument("--no-trace", action="store_true", help="skip the run with GVM_TRACE set")
     ap.add_argument("--no-lazy", action="store_true", help="skip GVM_SPILL=host with GVM_SPILL_HOST_MAP=lazy")
+    ap.add_argument("--lazy-warmup", type=int, default=20,
+                    help="warm-up steps of the host-lazy runs when more than --warmup (the prefetch's trial) [20]")
     ap.add_argument("--deadline", type=int, default=240, help="start no run after this many seconds [240]")
     ap.add_argument("--workload", choices=["read", "train", "train-fused"], default="read",
                     help="read: every weight read once a step; train: forward, backward, Adam; "
@@ -432,8 +439,8 @@ def main():
     o = ap.parse_args()
     if o.child:
         return child(json.loads(o.child))
-    if o.steps < 1 or o.warmup < 0:
-        ap.error("--steps must be >= 1 and --warmup >= 0")
+    if o.steps < 1 or o.warmup < 0 or o.lazy_warmup < 0:
+        ap.error("--steps must be >= 1, --warmup and --lazy-warmup >= 0")
 
     if importlib.util.find_spec("torch") is None:
         print("spill: no torch (import torch fails): skipped")
@@ -482,7 +489,9 @@ def main():
 
     rows = []
     native_by_ws = {r["ws_request"]: r for r in native["runs"]}
+    lazy_warmup = max(o.warmup, o.lazy_warmup)
     for mode, env, link in modes:
+        mbase = dict(base, warmup=lazy_warmup) if mode == "host-lazy" else base
         for ratio, ws in zip(ratios, ws_list):
             fit = native_by_ws.get(ws, {})
             row = {"mode": mode, "ratio": ratio, "ws_request": ws, "limit": limit, "link_gbps": link}
@@ -491,7 +500,7 @@ def main():
                 row["skipped"] = "host memory"
                 continue
             label = "%s %.2fx" % (mode, ratio)
-            full, st = par.run(label, dict(base, ws=[ws]), env)
+            full, st = par.run(label, dict(mbase, ws=[ws]), env)
             if not isinstance(full, dict) or not full["runs"]:
                 row["skipped"] = "failed or not run"
                 continue
@@ -507,11 +516,11 @@ def main():
                 row["held_peak_dev0"] = (st.get("held_peak") or {}).get("0")
                 moved = st.get("bytes_migrated", 0)
                 if not o.no_diff and ratio > 1:
-                    setup, st0 = par.run(label + " (warm-up only)", dict(base, ws=[ws], steps=0), env)
+                    setup, st0 = par.run(label + " (warm-up only)", dict(mbase, ws=[ws], steps=0), env)
                     if isinstance(setup, dict) and st0:
                         row["moved_per_step"] = max(0, moved - st0.get("bytes_migrated", 0)) / float(o.steps)
                 if "moved_per_step" not in row:
-                    row["moved_per_step"] = moved / float(o.steps + o.warmup)
+                    row["moved_per_step"] = moved / float(o.steps + mbase["warmup"])
                     row["moved_includes_setup"] = True
             compare_to_fit(row, fit, limit, link)
 
@@ -563,7 +572,7 @@ def main():
         print("note: " + n)
     out = {"bench": "spill", "device": native["device"], "devices": native.get("devices"), "torch": native.get("torch"),
            "workload": o.workload, "limit": limit, "limit_text": o.limit, "tensor_bytes": tensor_bytes,
-           "steps": o.steps, "warmup": o.warmup,
+           "steps": o.steps, "warmup": o.warmup, "lazy_warmup": lazy_warmup if not o.no_lazy else None,
            "links": links, "fits": fits, "rows": rows, "notes": par.notes,
            "managed_ran": isinstance(managed, dict), "seconds": time.time() - par.t_start}
     print("BENCH_JSON " + json.dumps(out))

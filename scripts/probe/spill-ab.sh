@@ -15,8 +15,9 @@ case "${TRAIN:-}" in
     *) step=', "train": true' ;;
 esac
 # SIDE=N: each read-loop step also queues N GEMMs on a second stream.
-# STEPS=N: timed steps a run (default 5; a prefetch trial needs 13 to decide).
-args="{\"tensor_bytes\": 134217728, \"steps\": ${STEPS:-5}, \"warmup\": 2, \"ws\": [${WS:-6442450944}], \"side\": ${SIDE:-0}$step}"
+# STEPS=N: timed steps a run (default 5; a prefetch trial needs 13 to decide);
+# WARMUP=N: untimed steps before them (default 2; 20 times the trial's verdict).
+args="{\"tensor_bytes\": 134217728, \"steps\": ${STEPS:-5}, \"warmup\": ${WARMUP:-2}, \"ws\": [${WS:-6442450944}], \"side\": ${SIDE:-0}$step}"
 for r in $(seq "$rounds"); do
     for setting in "$@"; do
         res=$(env LD_PRELOAD="$lib" GVM_DEVICE_LIMIT=4G GVM_SPILL=host $setting \
