@@ -33,6 +33,9 @@ mapping; --no-lazy: not run). Its runs take --lazy-warmup warm-up steps
 prefetch thread's trial times the program's first steps with and without
 it and keeps the faster only after about 15 (policy/trial.c), so fewer
 warm-up steps would time the trial, not what a long job runs at.
+With --workload train or train-fused every run takes that many: their
+checksum is the last step's loss, which the native run reaches only after
+as many steps.
 
 One more row, mode "host+trace": the host configuration nearest 1.5x the
 limit again with GVM_TRACE set, its step time beside the untraced one
@@ -461,6 +464,9 @@ def main():
             "train": o.workload.startswith("train"), "fused": o.workload == "train-fused"}
     if o.workload.startswith("train") and o.warmup < 1:
         ap.error("--workload train needs --warmup >= 1 (the first step creates Adam's state)")
+    lazy_warmup = max(o.warmup, o.lazy_warmup)
+    if base["train"] and not o.no_lazy:
+        base["warmup"] = lazy_warmup   # the losses compare only after as many steps
 
     native, _ = par.run("native (fits)", dict(base, ws=ws_list, links=True, check_free=True))
     if native == "skip":
@@ -489,7 +495,6 @@ def main():
 
     rows = []
     native_by_ws = {r["ws_request"]: r for r in native["runs"]}
-    lazy_warmup = max(o.warmup, o.lazy_warmup)
     for mode, env, link in modes:
         mbase = dict(base, warmup=lazy_warmup) if mode == "host-lazy" else base
         for ratio, ws in zip(ratios, ws_list):
@@ -572,7 +577,7 @@ def main():
         print("note: " + n)
     out = {"bench": "spill", "device": native["device"], "devices": native.get("devices"), "torch": native.get("torch"),
            "workload": o.workload, "limit": limit, "limit_text": o.limit, "tensor_bytes": tensor_bytes,
-           "steps": o.steps, "warmup": o.warmup, "lazy_warmup": lazy_warmup if not o.no_lazy else None,
+           "steps": o.steps, "warmup": base["warmup"], "lazy_warmup": lazy_warmup if not o.no_lazy else None,
            "links": links, "fits": fits, "rows": rows, "notes": par.notes,
            "managed_ran": isinstance(managed, dict), "seconds": time.time() - par.t_start}
     print("BENCH_JSON " + json.dumps(out))
