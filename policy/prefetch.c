@@ -175,25 +175,30 @@ static bool start(void)
     return started;
 }
 
+/* Two periods of one loop: the learned period may move between the
+ * loop's and a multiple of it (policy/recur.c), and the trial goes on
+ * timing steps of the one it began with. */
+static bool same_loop(uint32_t a, uint32_t b) { return a && b && (a % b == 0 || b % a == 0); }
+
 /* Whether this step prefetches: at a step's end (a period of launches
- * after its start) the trial times it. A new period starts a new trial. */
+ * after its start) the trial times it. A new loop starts a new trial. */
 static bool trial_allows(void)
 {
     uint32_t period = gvm_recur_period(), now = gvm_recur_launches();
     if (!period) return false;
-    if (__atomic_load_n(&trial_period, __ATOMIC_RELAXED) == period &&
-        now - __atomic_load_n(&step_start, __ATOMIC_RELAXED) < period)
+    uint32_t timed = __atomic_load_n(&trial_period, __ATOMIC_RELAXED);
+    if (same_loop(timed, period) && now - __atomic_load_n(&step_start, __ATOMIC_RELAXED) < timed)
         return __atomic_load_n(&trying_on, __ATOMIC_RELAXED);
     if (pthread_mutex_trylock(&trial_lock) != 0) return __atomic_load_n(&trying_on, __ATOMIC_RELAXED);
     bool on;
-    if (trial_period != period) {
+    if (!same_loop(trial_period, period)) {
         gvm_trial_reset(&trial);
         on = gvm_trial_step(&trial, gvm_trace_now());
         __atomic_store_n(&trial_period, period, __ATOMIC_RELAXED);
         __atomic_store_n(&step_start, now, __ATOMIC_RELAXED);
-    } else if (now - step_start >= period) {
+    } else if (now - step_start >= trial_period) {
         /* More than a step since the last look: the time is not one step's. */
-        if (now - step_start >= 2 * period) gvm_trial_lost(&trial);
+        if (now - step_start >= 2 * trial_period) gvm_trial_lost(&trial);
         on = gvm_trial_step(&trial, gvm_trace_now());
         __atomic_store_n(&step_start, now, __ATOMIC_RELAXED);
     } else {

@@ -587,6 +587,44 @@ static void skipped_votes_keep_the_period(void)
     free_regions(r, 8);
 }
 
+/* A loop whose order wobbles a little from step to step (two launches
+ * trading places: threads launching side by side, an allocator handing
+ * out a buffer in turn) repeats at a multiple of its period now and then
+ * with fewer misses than at the period itself. The period learned stays
+ * the loop's or a multiple of it, and changes seldom: compared as any
+ * other proposal, multiples came and went 15 times in these 300 steps,
+ * and the fused-Adam step's period went 162, 324, 162, 648, 486, 162 ...
+ * launches on two H100s (2026-11-27), each change restarting the
+ * prefetch's trial. */
+static void a_wobbling_loop_keeps_its_period(void)
+{
+    gvm_recur_reset();
+    gvm_recur_start();
+    struct gvm_region *r[40], *step[40];
+    fake_regions(r, 40, 0x400000000ul);
+    uint32_t seed = 12345;
+    uint64_t learned = 0;
+    for (int s = 0; s < 300; s++) {
+        memcpy(step, r, sizeof step);
+        /* Every third step the same pair trades places (three steps are
+         * then exact where one is not), and half the steps another pair
+         * at random. */
+        if (s % 3 == 0) step[10] = r[11], step[11] = r[10];
+        seed = seed * 1103515245u + 12345u;
+        if ((seed >> 16) & 1) {
+            int at = 20 + (int)((seed >> 17) % 18);
+            struct gvm_region *t = step[at];
+            step[at] = step[at + 1];
+            step[at + 1] = t;
+        }
+        recur_launch_each(step, 40, 1);
+        if (s == 5) learned = gvm_stats.loops_learned;
+        CHECK(s < 5 || (gvm_recur_period() && gvm_recur_period() % 40 == 0));
+    }
+    CHECK(gvm_stats.loops_learned - learned <= 2);
+    free_regions(r, 40);
+}
+
 /* A region used more than once a step is next needed at its earliest use
  * in the step, and one used more often than it remembers stays predicted
  * within the period. */
@@ -2159,6 +2197,46 @@ static void the_prefetch_trial_runs_steps_without_it(void)
     CHECK_NO_LEAK(base);
 }
 
+/* The learned period moving to a multiple of itself (from the 7th sweep
+ * on, every other sweep swaps two launches: two sweeps are exact where one
+ * is not) is the same loop: the trial goes on timing the steps it began
+ * with, and its steps without the thread come on schedule. Restarted at
+ * each such move, the trial kept the thread on through the moves of a
+ * wobbling loop's period (fused Adam on two H100s, 2026-11-27). */
+static void the_prefetch_trial_outlives_a_multiple_of_its_period(void)
+{
+    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "spill_host_map", "lazy", "prefetch", "1",
+                        "promote_interval", "3600s", NULL};
+    start_limited(kv);
+    struct leaks base = leaks_now();
+    uintptr_t w[9];
+    for (int i = 0; i < 9; i++) {
+        w[i] = palloc(4 * MiB);
+        fill(w[i], 4 * MiB, 170 + (uint32_t)i);
+    }
+    int idle_run = 0, longest_idle = 0;
+    bool began = false;
+    for (int sweep = 0; sweep < 22; sweep++) {
+        uint64_t before = gvm_stats.prefetches;
+        bool turn = sweep >= 6 && sweep % 2;
+        for (int k = 0; k < 9; k++) {
+            int i = turn && (k == 3 || k == 4) ? 7 - k : k;
+            CHECK_EQ(sweep_launch(w, i), 0);
+            CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
+        }
+        bool prefetched = gvm_stats.prefetches > before;
+        began |= prefetched;
+        idle_run = began && !prefetched ? idle_run + 1 : 0;
+        if (idle_run > longest_idle) longest_idle = idle_run;
+    }
+    CHECK_EQ(gvm_recur_period(), 18u);   /* the multiple was learned */
+    CHECK(began);
+    CHECK(longest_idle >= GVM_TRIAL_STEPS);
+    for (int i = 0; i < 9; i++) CHECK(intact_used(w[i], 4 * MiB, 170 + (uint32_t)i));
+    for (int i = 0; i < 9; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
+    CHECK_NO_LEAK(base);
+}
+
 /* A driver call failing anywhere in the thread's swap: every buffer keeps
  * its data, the device never holds more than its limit, the sweep goes on,
  * and nothing leaks. */
@@ -2220,6 +2298,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(the_loop_model_learns_and_unlearns)
     TEST_ENTRY(a_burst_inside_a_step_keeps_the_steps_period)
     TEST_ENTRY(skipped_votes_keep_the_period)
+    TEST_ENTRY(a_wobbling_loop_keeps_its_period)
     TEST_ENTRY(the_loop_model_predicts_regions_used_often)
     TEST_ENTRY(the_loop_model_learns_runs_of_launches)
     TEST_ENTRY(the_loop_model_sees_a_phase_of_dense_use)
@@ -2268,6 +2347,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(failure_during_a_prefetch_keeps_data)
     TEST_ENTRY(the_prefetch_trial_keeps_the_faster_side)
     TEST_ENTRY(the_prefetch_trial_runs_steps_without_it)
+    TEST_ENTRY(the_prefetch_trial_outlives_a_multiple_of_its_period)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }
