@@ -2162,39 +2162,65 @@ static void the_prefetch_trial_keeps_the_faster_side(void)
     for (int s = 0; s < GVM_TRIAL_STEPS; s++) CHECK_EQ(x.t.with[s], 2 * ms);
 }
 
-/* With prefetch_trial on (the default), a learned sweep runs some steps
- * without the thread: its steps without make no prefetch, whatever the
- * verdict after them; every buffer keeps its data, the limit holds, and
- * nothing leaks. */
-static void the_prefetch_trial_runs_steps_without_it(void)
+static const char *const trial_kv[] = {"device_limit", "0:16M", "spill", "host", "spill_host_map", "lazy",
+                                       "prefetch", "1", "promote_interval", "3600s", NULL};
+
+/* Sweeps over nine 4 MiB buffers (from sweep `wobble_from` on, if not
+ * negative, every other sweep launches the 5th before the 4th), the
+ * device never over its limit: the longest run of sweeps without a
+ * prefetch after the first that had one, -1 if none had one. */
+static int longest_sweeps_without_prefetch(const uintptr_t *w, int sweeps, int wobble_from)
 {
-    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "spill_host_map", "lazy", "prefetch", "1",
-                        "promote_interval", "3600s", NULL};
-    start_limited(kv);
-    struct leaks base = leaks_now();
-    uintptr_t w[9];
-    for (int i = 0; i < 9; i++) {
-        w[i] = palloc(4 * MiB);
-        fill(w[i], 4 * MiB, 150 + (uint32_t)i);
-    }
-    int idle_run = 0, longest_idle = 0;
+    int idle_run = 0, longest = 0;
     bool began = false;
-    for (int sweep = 0; sweep < 30; sweep++) {
+    for (int sweep = 0; sweep < sweeps; sweep++) {
         uint64_t before = gvm_stats.prefetches;
-        for (int i = 0; i < 9; i++) {
-            CHECK_EQ(sweep_launch(w, i), 0);
+        bool turn = wobble_from >= 0 && sweep >= wobble_from && sweep % 2;
+        for (int k = 0; k < 9; k++) {
+            CHECK_EQ(sweep_launch(w, turn && (k == 3 || k == 4) ? 7 - k : k), 0);
             CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
         }
         bool prefetched = gvm_stats.prefetches > before;
         began |= prefetched;
         idle_run = began && !prefetched ? idle_run + 1 : 0;
-        if (idle_run > longest_idle) longest_idle = idle_run;
+        if (idle_run > longest) longest = idle_run;
     }
-    CHECK(began);
-    CHECK(longest_idle >= GVM_TRIAL_STEPS);   /* six steps without: five whole sweeps at least */
-    for (int i = 0; i < 9; i++) CHECK(intact_used(w[i], 4 * MiB, 150 + (uint32_t)i));
+    return began ? longest : -1;
+}
+
+/* Runs a trial test on nine filled buffers, then checks their data, frees
+ * them and finds nothing leaked. */
+static void with_trial_buffers(uint32_t seed, void (*body)(const uintptr_t *w))
+{
+    start_limited(trial_kv);
+    struct leaks base = leaks_now();
+    uintptr_t w[9];
+    for (int i = 0; i < 9; i++) {
+        w[i] = palloc(4 * MiB);
+        fill(w[i], 4 * MiB, seed + (uint32_t)i);
+    }
+    body(w);
+    for (int i = 0; i < 9; i++) CHECK(intact_used(w[i], 4 * MiB, seed + (uint32_t)i));
     for (int i = 0; i < 9; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
     CHECK_NO_LEAK(base);
+}
+
+static void steps_without_come(const uintptr_t *w)
+{
+    /* Six steps without: five whole sweeps at least. */
+    CHECK(longest_sweeps_without_prefetch(w, 30, -1) >= GVM_TRIAL_STEPS);
+}
+
+/* With prefetch_trial on (the default), a learned sweep runs some steps
+ * without the thread: its steps without make no prefetch, whatever the
+ * verdict after them; every buffer keeps its data, the limit holds, and
+ * nothing leaks. */
+static void the_prefetch_trial_runs_steps_without_it(void) { with_trial_buffers(150, steps_without_come); }
+
+static void steps_without_come_through_a_multiple(const uintptr_t *w)
+{
+    CHECK(longest_sweeps_without_prefetch(w, 22, 6) >= GVM_TRIAL_STEPS);
+    CHECK_EQ(gvm_recur_period(), 18u);   /* the multiple was learned */
 }
 
 /* The learned period moving to a multiple of itself (from the 7th sweep
@@ -2205,36 +2231,7 @@ static void the_prefetch_trial_runs_steps_without_it(void)
  * wobbling loop's period (fused Adam on two H100s, 2026-11-27). */
 static void the_prefetch_trial_outlives_a_multiple_of_its_period(void)
 {
-    const char *kv[] = {"device_limit", "0:16M", "spill", "host", "spill_host_map", "lazy", "prefetch", "1",
-                        "promote_interval", "3600s", NULL};
-    start_limited(kv);
-    struct leaks base = leaks_now();
-    uintptr_t w[9];
-    for (int i = 0; i < 9; i++) {
-        w[i] = palloc(4 * MiB);
-        fill(w[i], 4 * MiB, 170 + (uint32_t)i);
-    }
-    int idle_run = 0, longest_idle = 0;
-    bool began = false;
-    for (int sweep = 0; sweep < 22; sweep++) {
-        uint64_t before = gvm_stats.prefetches;
-        bool turn = sweep >= 6 && sweep % 2;
-        for (int k = 0; k < 9; k++) {
-            int i = turn && (k == 3 || k == 4) ? 7 - k : k;
-            CHECK_EQ(sweep_launch(w, i), 0);
-            CHECK(simcuda_phys_bytes(0) <= 16 * MiB);
-        }
-        bool prefetched = gvm_stats.prefetches > before;
-        began |= prefetched;
-        idle_run = began && !prefetched ? idle_run + 1 : 0;
-        if (idle_run > longest_idle) longest_idle = idle_run;
-    }
-    CHECK_EQ(gvm_recur_period(), 18u);   /* the multiple was learned */
-    CHECK(began);
-    CHECK(longest_idle >= GVM_TRIAL_STEPS);
-    for (int i = 0; i < 9; i++) CHECK(intact_used(w[i], 4 * MiB, 170 + (uint32_t)i));
-    for (int i = 0; i < 9; i++) CHECK_EQ(gvm_policy_free(w[i]), CUDA_SUCCESS);
-    CHECK_NO_LEAK(base);
+    with_trial_buffers(170, steps_without_come_through_a_multiple);
 }
 
 /* A driver call failing anywhere in the thread's swap: every buffer keeps
