@@ -51,7 +51,7 @@ static uint64_t ring_at(uint32_t no) { return __atomic_load_n(&ring[no % RING], 
  * between differ. */
 static uint32_t misses(uint32_t now, uint32_t gap, uint32_t span, uint32_t most)
 {
-    if (!gap || gap > RING / 2 - span || now <= gap + span) return UINT32_MAX;
+    if (!gap || span > RING / 2 || gap > RING / 2 - span || now <= gap + span) return UINT32_MAX;
     uint32_t n = 0;
     for (uint32_t j = 0; j < span && n <= most; j++) n += ring_at(now - j) != ring_at(now - j - gap);
     return n;
