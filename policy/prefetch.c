@@ -178,7 +178,11 @@ static bool start(void)
 /* Two periods of one loop: the learned period may move between the
  * loop's and a multiple of it (policy/recur.c), and the trial goes on
  * timing steps of the one it began with. */
-static bool same_loop(uint32_t a, uint32_t b) { return a && b && (a % b == 0 || b % a == 0); }
+static bool same_loop(uint32_t a, uint32_t b)
+{
+    if (a == b) return a;   /* every launch asks: no division then */
+    return a && b && (a % b == 0 || b % a == 0);
+}
 
 /* Whether this step prefetches: at a step's end (a period of launches
  * after its start) the trial times it. A new loop starts a new trial. */

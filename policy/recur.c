@@ -63,11 +63,14 @@ static uint32_t max3(uint32_t a, uint32_t b, uint32_t c) { return a > b ? (a > c
  * replaces the period only where it is exact and the period is not (a
  * loop whose steps differ in turn: an allocator handing out two buffers
  * alternately), judged over two of its own lengths: twice fewer misses.
- * Judged as any other proposal, a loop whose order wobbles (two launches
- * trading places now and then) found some multiple matching better for a
- * while and the period went 162, 324, 162, 648, 486, 162 ... launches in
- * the fused-Adam step on two H100s (2026-11-27), each change restarting
- * the prefetch's trial. */
+ * Judged as any other proposal, a multiple won on a tie or one miss
+ * fewer: where its key's votes in between were skipped (a launch beside
+ * another thread's vote skips its own; PyTorch launches the backward pass
+ * from a thread of its own), and wherever a loop's order wobbles (two
+ * launches trading places now and then). The default-Adam step's period
+ * went 273, 546 ... 2457 launches, the fused-Adam step's 162, 324, 162,
+ * 648, 486 ... (H100s, 2026-11-27), each change restarting the prefetch's
+ * trial. */
 static bool clearly_better_multiple(uint32_t now, uint32_t gap, uint32_t known)
 {
     uint32_t span = CHECK > 2 * gap ? CHECK : 2 * gap, mine = misses(now, gap, span, SLACK);
@@ -77,16 +80,12 @@ static bool clearly_better_multiple(uint32_t now, uint32_t gap, uint32_t known)
 
 /* Whether `gap`, which repeated at this launch, should replace the known
  * period: it must repeat over the last CHECK launches (all but SLACK),
- * and, with a period known, explain the launches of the longer of the two
- * better, or as well and be shorter. So a loop inside the step (a burst
- * of one launch repeated: a period of 1) does not replace the step's
- * period; a multiple of the period (its key's votes in between skipped, a
- * launch beside another thread's vote: PyTorch launches the backward pass
- * from a thread of its own) does not either, unless clearly better (above;
- * adopted on a tie or one miss fewer, it made the
- * default-Adam step flip between 273 launches and eight times that every
- * few steps on an H100, 2026-11-27); a shorter loop the program moved to
- * does, though the old period, a multiple of it, goes on matching. */
+ * and, with a period known, be a clearly better multiple (above) or
+ * explain the launches of the longer of the two better, or as well and be
+ * shorter. So a loop inside the step (a burst of one launch repeated: a
+ * period of 1) does not replace the step's period, while a shorter loop
+ * the program moved to does, though the old period, a multiple of it,
+ * goes on matching. */
 static bool better(uint32_t now, uint32_t gap, uint32_t known)
 {
     if (!known) return misses(now, gap, CHECK, SLACK) <= SLACK;
