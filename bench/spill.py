@@ -181,6 +181,32 @@ def run_working_set(torch, ws_bytes, tensor_bytes, steps, warmup, managed, side=
     return res
 
 
+def training_set(torch, rows, n, fused):
+    """The training step's input, n weights of rows x COLS fp32 (seeded:
+    every run starts from the same values) and its optimizer. Also what
+    scripts/probe/ runs, so that they probe this very step."""
+    dev = torch.device("cuda", 0)
+    g = torch.Generator(device=dev)
+    g.manual_seed(5)
+    x = torch.randn(64, rows, device=dev, generator=g)
+    params = []
+    for _ in range(n):
+        w = torch.empty(rows, COLS, device=dev)
+        w.uniform_(-0.01, 0.01, generator=g)
+        params.append(torch.nn.Parameter(w))
+    opt = torch.optim.Adam(params, lr=1e-4, fused=True) if fused else torch.optim.Adam(params, lr=1e-4)
+    return x, params, opt
+
+
+def training_step(x, params, opt):
+    """One step: forward through every weight, backward, Adam; its loss."""
+    opt.zero_grad(set_to_none=False)
+    loss = sum((x @ w).square().mean() for w in params)
+    loss.backward()
+    opt.step()
+    return float(loss.item())
+
+
 def run_training_set(torch, ws_bytes, tensor_bytes, steps, warmup, managed, fused=False):
     """Training steps: forward through every weight, backward, Adam. The
     working set counts each weight four times: the weight, its gradient and
@@ -189,34 +215,21 @@ def run_training_set(torch, ws_bytes, tensor_bytes, steps, warmup, managed, fuse
     default (foreach) implementation sweeps the moments several times."""
     if managed:
         raise RuntimeError("not run for the training step (it needs PyTorch's allocator replaced)")
-    dev = torch.device("cuda", 0)
     rows = tensor_bytes // (4 * COLS)
     n = max(1, int(round(ws_bytes / (4.0 * tensor_bytes))))
-    g = torch.Generator(device=dev)
-    g.manual_seed(5)
-    x = torch.randn(64, rows, device=dev, generator=g)
     t0 = time.time()
-    params = []
-    for _ in range(n):
-        w = torch.empty(rows, COLS, device=dev)
-        w.uniform_(-0.01, 0.01, generator=g)
-        params.append(torch.nn.Parameter(w))
-    opt = torch.optim.Adam(params, lr=1e-4, fused=True) if fused else torch.optim.Adam(params, lr=1e-4)
+    x, params, opt = training_set(torch, rows, n, fused)
     torch.cuda.synchronize()
     setup_s = time.time() - t0
     times, loss_v = [], None
     for i in range(warmup + steps):
         s0 = time.time()
-        opt.zero_grad(set_to_none=False)
-        loss = sum((x @ w).square().mean() for w in params)
-        loss.backward()
-        opt.step()
-        loss_v = float(loss.item())
+        loss_v = training_step(x, params, opt)
         if i >= warmup:
             times.append(time.time() - s0)
     res = {"tensors": n, "ws_bytes": 4 * n * rows * COLS * 4, "setup_s": setup_s, "step_s": times,
            "checksum": loss_v.hex() if loss_v is not None else None}
-    del opt, params, x, loss
+    del opt, params, x
     torch.cuda.synchronize()
     torch.cuda.empty_cache()
     return res

@@ -21,6 +21,7 @@ bench/RESULTS.md, "2026-11-27, fourth session", reads one.
         scripts/gvmrun -- python3 scripts/probe/step-timeline.py \
         [--foreach] [--warmup 20] [--steps 3] [--trace out.json]"""
 import argparse
+import importlib.util
 import json
 import os
 import tempfile
@@ -31,26 +32,13 @@ import torch
 MiB = 1 << 20
 
 
-def build(fused):
-    dev = torch.device("cuda", 0)
-    rows, cols, n = 4096, 8192, 12
-    g = torch.Generator(device=dev)
-    g.manual_seed(5)
-    x = torch.randn(64, rows, device=dev, generator=g)
-    params = []
-    for _ in range(n):
-        w = torch.empty(rows, cols, device=dev)
-        w.uniform_(-0.01, 0.01, generator=g)
-        params.append(torch.nn.Parameter(w))
-    return x, params, torch.optim.Adam(params, lr=1e-4, fused=fused)
-
-
-def step(x, params, opt):
-    opt.zero_grad(set_to_none=False)
-    loss = sum((x @ w).square().mean() for w in params)
-    loss.backward()
-    opt.step()
-    return float(loss.item())
+def bench_spill():
+    """bench/spill.py, whose training step this probes."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "spill.py")
+    spec = importlib.util.spec_from_file_location("bench_spill", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
 
 
 def union(iv):
@@ -147,9 +135,10 @@ def main():
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--trace", default=None)
     o = ap.parse_args()
-    x, params, opt = build(not o.foreach)
+    spill = bench_spill()
+    x, params, opt = spill.training_set(torch, 128 * MiB // (4 * spill.COLS), 12, not o.foreach)
     for _ in range(o.warmup):
-        step(x, params, opt)
+        spill.training_step(x, params, opt)
     torch.cuda.synchronize()
     walls = []
     acts = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
@@ -157,10 +146,13 @@ def main():
         for _ in range(o.steps):
             t0 = time.time()
             with torch.profiler.record_function("timeline_step"):
-                loss = step(x, params, opt)
+                loss = spill.training_step(x, params, opt)
             walls.append(time.time() - t0)
     print("loss after the last step %s" % float(loss).hex())
-    path = o.trace or tempfile.mktemp(suffix=".json")
+    path = o.trace
+    if not path:
+        fd, path = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
     prof.export_chrome_trace(path)
     with open(path) as f:
         analyse(json.load(f), walls)

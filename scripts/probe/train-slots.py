@@ -4,6 +4,7 @@ bench/spill.py's training step (fused Adam, 12 weights of 128 MiB) a few
 steps under gvmshim, then print PyTorch's segments and gvmshim's live
 held/resident bytes (gvmctl stats).  scripts/gvmrun -- python3 THIS"""
 import collections
+import importlib.util
 import json
 import os
 import subprocess
@@ -12,23 +13,14 @@ import sys
 import torch
 
 MiB = 1 << 20
-rows, cols, n = 4096, 8192, 12
-dev = torch.device("cuda", 0)
-g = torch.Generator(device=dev)
-g.manual_seed(5)
-x = torch.randn(64, rows, device=dev, generator=g)
-params = []
-for _ in range(n):
-    w = torch.empty(rows, cols, device=dev)
-    w.uniform_(-0.01, 0.01, generator=g)
-    params.append(torch.nn.Parameter(w))
-opt = torch.optim.Adam(params, lr=1e-4, fused="--foreach" not in sys.argv)
+rows, n = 4096, 12
+spec = importlib.util.spec_from_file_location(
+    "bench_spill", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "spill.py"))
+spill = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(spill)
+x, params, opt = spill.training_set(torch, rows, n, "--foreach" not in sys.argv)
 for i in range(4):
-    opt.zero_grad(set_to_none=False)
-    loss = sum((x @ w).square().mean() for w in params)
-    loss.backward()
-    opt.step()
-    print("step %d loss %s" % (i, float(loss.item()).hex()))
+    print("step %d loss %s" % (i, spill.training_step(x, params, opt).hex()))
 torch.cuda.synchronize()
 segs = torch.cuda.memory_snapshot()
 sizes = collections.Counter()
