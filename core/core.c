@@ -24,6 +24,7 @@ void gvm_settings_defaults(struct gvm_settings *s)
     s->host_pool = (size_t)4 << 30;
     s->host_prefill = GVM_HOST_PREFILL_OFF;   /* tests ask for it */
     s->host_access = GVM_HOST_ACCESS_LAZY;
+    s->host_register = 1;
     for (int i = 0; i < GVM_LOC_SLOTS; i++) s->hold_limit[i] = SIZE_MAX;
 }
 

@@ -25,7 +25,7 @@
     O(cuMemExportToShareableHandle) O(cuMemImportFromShareableHandle)          \
     O(cuGetProcAddress) O(cuGetProcAddress_v2)                                 \
     O(cuDeviceGetMemPool) O(cuDeviceGetDefaultMemPool) O(cuDeviceSetMemPool)    \
-    O(cuStreamGetId)
+    O(cuStreamGetId) O(cuMemHostRegister_v2) O(cuMemHostUnregister)
 
 /* Entry points the preload layer replaces by a hook of the same name
  * (besides the two resolvers above, and cuMemCreate and cuMemRelease, which

@@ -24,6 +24,7 @@ struct gvm_settings {
     size_t host_pool;                       /* ready pinned host pieces */
     int host_prefill;                       /* enum gvm_host_prefill */
     int host_access;                        /* enum gvm_host_access */
+    int host_register;                      /* shelf pieces may be registered pages (core/hostpin.h) */
     size_t hold_limit[GVM_LOC_SLOTS];       /* most physical bytes held, by location slot; SIZE_MAX: none */
 };
 

@@ -54,6 +54,20 @@ static void mark_unit(struct gvm_shelf_op *op, int u, CUstream s)
     op->nunits = u;
 }
 
+/* Copies between a region's addresses and a host piece: through its
+ * staging mapping, or into and out of its registered pages. */
+static CUresult copy_to_piece(struct gvm_phys *h, CUdeviceptr src, CUstream s)
+{
+    return h->host ? DRV(cuMemcpyDtoHAsync_v2, h->host, src, h->size, s)
+                   : DRV(cuMemcpyDtoDAsync_v2, h->staging, src, h->size, s);
+}
+
+static CUresult copy_from_piece(CUdeviceptr dst, struct gvm_phys *h, CUstream s)
+{
+    return h->host ? DRV(cuMemcpyHtoDAsync_v2, dst, h->host, h->size, s)
+                   : DRV(cuMemcpyDtoDAsync_v2, dst, h->staging, h->size, s);
+}
+
 /* Issues the copies of every block through the region's own addresses
  * into the pieces' staging mappings; the devices whose streams carry them
  * are added to op->streams (put_end waits for them, also after a failure:
@@ -72,9 +86,11 @@ static CUresult copy_out(struct gvm_shelf_op *op)
         if ((rc = gvm_topo_stream(dev, GVM_OUT_OF, &s)) == CUDA_SUCCESS) op->streams |= 1u << dev;
         for (; rc == CUDA_SUCCESS && i < r->nblocks && copier_of(r, &r->blocks[i]) == dev; i++) {
             const struct gvm_block *b = &r->blocks[i];
-            for (size_t o = 0; rc == CUDA_SUCCESS && o < b->size; o += pieces[k++]->size)
-                rc = DRV(cuMemcpyDtoDAsync_v2, pieces[k]->staging, (CUdeviceptr)(r->base + b->off + o),
-                         pieces[k]->size, s);
+            for (size_t o = 0; rc == CUDA_SUCCESS && o < b->size; o += pieces[k++]->size) {
+                /* A piece still being made: the copies before it run meanwhile. */
+                if (op->batch && (rc = gvm_phys_batch_wait(op->batch, k)) != CUDA_SUCCESS) break;
+                rc = copy_to_piece(pieces[k], (CUdeviceptr)(r->base + b->off + o), s);
+            }
             if (rc == CUDA_SUCCESS && u < op->nunits && op->unit_end[u] == i + 1) mark_unit(op, u++, s);
         }
         gvm_topo_pop();
@@ -222,12 +238,43 @@ static CUresult copy_back(struct gvm_phys *p, struct gvm_phys *h, int dev)
     CUresult rc = gvm_topo_push(dev);
     if (rc != CUDA_SUCCESS) return rc;
     if ((rc = gvm_topo_stream(dev, GVM_INTO, &s)) == CUDA_SUCCESS)
-        rc = DRV(cuMemcpyDtoDAsync_v2, p->staging, h->staging, h->size, s);
+        rc = copy_from_piece(p->staging, h, s);
     if (s) {
         CUresult done = DRV(cuStreamSynchronize, s);
         if (rc == CUDA_SUCCESS) rc = done;
     }
     gvm_topo_pop();
+    return rc;
+}
+
+/* A registered piece has no handle to map at a region's addresses: *h is
+ * replaced by a created piece holding its bytes (copied on dev's engine,
+ * which reaches every host piece). On failure *h is as it was. */
+static CUresult with_handle(struct gvm_phys **h, int dev)
+{
+    if (!(*h)->host) return CUDA_SUCCESS;
+    struct gvm_phys *p = NULL;
+    CUresult rc = get_pieces(GVM_LOC_HOST, &(*h)->size, 1, &p);
+    /* Tried twice: where this serves a failed put, the bytes are nowhere else. */
+    for (int tries = 0; rc == CUDA_SUCCESS && tries < 2; tries++) {
+        if ((rc = gvm_topo_push(dev)) != CUDA_SUCCESS) break;
+        CUstream s = NULL;
+        if ((rc = gvm_topo_stream(dev, GVM_INTO, &s)) == CUDA_SUCCESS) {
+            rc = copy_from_piece(p->staging, *h, s);
+            CUresult done = DRV(cuStreamSynchronize, s);
+            if (rc == CUDA_SUCCESS) rc = done;
+        } else {   /* no stream of ours (its event refused): the context's own */
+            rc = DRV(cuMemcpyHtoD_v2, p->staging, (*h)->host, (*h)->size);
+        }
+        gvm_topo_pop();
+        if (rc == CUDA_SUCCESS) {
+            gvm_phys_put(*h);
+            *h = p;
+            return CUDA_SUCCESS;
+        }
+        rc = tries ? rc : CUDA_SUCCESS;
+    }
+    gvm_phys_put(p);
     return rc;
 }
 
@@ -244,7 +291,7 @@ static void restore_block(struct gvm_shelf_op *op, int i)
     if (rc == CUDA_SUCCESS) rc = gvm_region_map_block(r, i, p);
     if (rc == CUDA_SUCCESS) return;
     if (p) gvm_phys_put(p);
-    if (gvm_region_map_block(r, i, h) == CUDA_SUCCESS) {
+    if (with_handle(&op->pieces[i], op->dev) == CUDA_SUCCESS && gvm_region_map_block(r, i, h = op->pieces[i]) == CUDA_SUCCESS) {
         op->pieces[i] = NULL;   /* the region's now */
         gvm_warn("%#lx+%zu stays in host memory after a failed spill (driver error %d)", (unsigned long)r->base,
                  r->blocks[i].off, rc);
@@ -255,6 +302,19 @@ static void restore_block(struct gvm_shelf_op *op, int i)
 }
 
 /* ---- put and take ---------------------------------------------------------- */
+
+/* The put's host pieces: pooled ones at once, the others made while the
+ * copies into the first run (a first spill or pause finds no pool ready:
+ * creating pinned memory was its whole cost). Only copies reach them, so
+ * they may be registered pages. Idle memory given back once if they do
+ * not fit, as a move does. */
+static CUresult start_pieces(struct gvm_shelf_op *op)
+{
+    int dev = op->r->device;   /* it has a context: the program allocated there */
+    CUresult rc = gvm_phys_batch_start(GVM_LOC_HOST, op->sizes, op->n, true, dev, op->pieces, &op->batch);
+    if (rc != CUDA_ERROR_OUT_OF_MEMORY || !gvm_move_make_room(GVM_LOC_HOST)) return rc;
+    return gvm_phys_batch_start(GVM_LOC_HOST, op->sizes, op->n, true, dev, op->pieces, &op->batch);
+}
 
 void gvm_shelf_put_begin(struct gvm_shelf_op *op, struct gvm_region *r, bool quiesced, bool spill, bool hand_off,
                          const char *why)
@@ -273,9 +333,16 @@ void gvm_shelf_put_begin(struct gvm_shelf_op *op, struct gvm_region *r, bool qui
         /* A kernel still writing the region would write after the copy. */
         if (!quiesced) rc = gvm_topo_quiesce();
     }
-    if (rc == CUDA_SUCCESS) rc = get_pieces(GVM_LOC_HOST, op->sizes, op->n, op->pieces);
-    if (rc == CUDA_SUCCESS) op->got = true;
+    if (rc == CUDA_SUCCESS) {
+        op->got = true;
+        rc = start_pieces(op);
+    }
     if (rc == CUDA_SUCCESS) rc = copy_out(op);
+    if (op->batch) {
+        CUresult made = gvm_phys_batch_end(op->batch, rc != CUDA_SUCCESS);
+        op->batch = NULL;
+        if (rc == CUDA_SUCCESS) rc = made;
+    }
     op->rc = rc;
 }
 
@@ -327,7 +394,7 @@ static CUresult take_block(struct gvm_shelf_op *op, int i, CUstream s, int *k)
         rc = get_pieces(dev, &b->size, 1, &p);
     for (size_t o = 0; o < b->size && *k < r->nshelf; o += r->shelf[(*k)++]->size)
         if (rc == CUDA_SUCCESS && p)
-            rc = DRV(cuMemcpyDtoDAsync_v2, p->staging + o, r->shelf[*k]->staging, r->shelf[*k]->size, s);
+            rc = copy_from_piece(p->staging + o, r->shelf[*k], s);
     if (rc == CUDA_SUCCESS && p) rc = gvm_region_map_block(r, i, p);
     if (rc != CUDA_SUCCESS && p) {
         DRV(cuStreamSynchronize, s);   /* its copies, before the piece goes back */
@@ -432,9 +499,18 @@ static CUresult split_by_pieces(struct gvm_region *r)
     return rc;
 }
 
+/* Registered pieces have no handle to map at r's addresses. */
+static CUresult shelf_with_handles(struct gvm_region *r)
+{
+    CUresult rc = CUDA_SUCCESS;
+    for (int k = 0; k < r->nshelf && rc == CUDA_SUCCESS; k++) rc = with_handle(&r->shelf[k], r->device);
+    return rc;
+}
+
 CUresult gvm_shelf_map_in_place(struct gvm_region *r)
 {
-    CUresult rc = split_by_pieces(r);
+    CUresult rc = shelf_with_handles(r);
+    if (rc == CUDA_SUCCESS) rc = split_by_pieces(r);
     int nb = r->nblocks;
     int *first = rc == CUDA_SUCCESS ? calloc((size_t)nb + 1, sizeof *first) : NULL;
     bool *placed = rc == CUDA_SUCCESS ? calloc((size_t)nb + 1, sizeof *placed) : NULL;

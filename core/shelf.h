@@ -28,7 +28,8 @@ struct gvm_shelf_op {
     int n;                       /* put: the pieces */
     size_t *sizes;
     struct gvm_phys **pieces, **old;
-    bool got;                    /* put: the pieces were taken */
+    bool got;                    /* put: pieces may have been taken */
+    struct gvm_phys_batch *batch; /* put: pieces still being made (core/phys.h) */
     bool spill;                  /* put: a lazy spill (else a pause) */
     int mapped;                  /* take: blocks mapped so far */
     uint32_t streams;            /* devices whose copy streams carry its copies */

@@ -28,6 +28,7 @@ void gvm_policy_settings(const struct gvm_config *cfg, const struct gvm_topo *to
     out->host_prefill = (int)cfg->host_prefill;
     if (cfg->host_prefill == GVM_CFG_PREFILL_AUTO && uses_host(cfg)) out->host_prefill = GVM_HOST_PREFILL_ON;
     out->host_access = (int)cfg->host_access;
+    out->host_register = cfg->host_register;
     for (int d = 0; d < topo->ndev; d++) {
         size_t total = topo->dev[d].total;
         out->cache_limit[d] = gvm_cfg_device_value(&cfg->cache_limit, d, total);

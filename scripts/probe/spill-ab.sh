@@ -29,7 +29,7 @@ for l in sys.stdin:
         print("%.1f %s" % (1e3*s[len(s)//2], run["checksum"]))')
         echo "$setting: $res"
     done
-done | tee /dev/stderr | python3 -c 'import sys, collections
+done | tee -a /dev/stderr | python3 -c 'import sys, collections
 d = collections.defaultdict(list)
 sums = set()
 for l in sys.stdin:

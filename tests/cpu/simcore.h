@@ -81,12 +81,14 @@ static inline void trim_all(void)
 
 struct leaks {
     long handles, reservations, mappings;
+    size_t registered;   /* host pages registered with the driver */
 };
 
 static inline struct leaks leaks_now(void)
 {
     trim_all();
-    return (struct leaks){simcuda_live_handles(), simcuda_live_reservations(), simcuda_live_mappings()};
+    return (struct leaks){simcuda_live_handles(), simcuda_live_reservations(), simcuda_live_mappings(),
+                          simcuda_registered_bytes()};
 }
 
 /* What a failed leak check prints: every object left, then the counts
@@ -109,11 +111,13 @@ static inline void leaks_dump(void)
         struct leaks after_ = leaks_now();                                     \
         if (after_.handles != (before).handles ||                              \
             after_.reservations != (before).reservations ||                    \
-            after_.mappings != (before).mappings)                              \
+            after_.mappings != (before).mappings ||                            \
+            after_.registered != (before).registered)                          \
             leaks_dump();                                                      \
         CHECK_EQ(after_.handles, (before).handles);                            \
         CHECK_EQ(after_.reservations, (before).reservations);                  \
         CHECK_EQ(after_.mappings, (before).mappings);                          \
+        CHECK_EQ(after_.registered, (before).registered);                      \
     } while (0)
 
 #endif

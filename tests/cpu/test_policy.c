@@ -858,6 +858,76 @@ static void freeing_shelved_memory_releases_its_copy(void)
     CHECK_NO_LEAK(base);
 }
 
+/* A first unmapped pause finds no pooled host memory: its pieces are the
+ * process's pages registered beside the copies (core/hostpin.h), not
+ * created pinned memory; they go back to the pool like created ones, and
+ * the next pause takes them. With host_register=0 nothing is registered. */
+static void no_registering(struct gvm_settings *s)
+{
+    no_idle_memory_limited(s);
+    s->host_register = 0;
+}
+
+static void first_unmapped_pause(bool registered)
+{
+    gvm_config_defaults(&cfg);
+    sim_start(2, 512 * MiB, registered ? no_idle_memory_limited : no_registering);
+    CHECK_EQ(gvm_policy_start(&cfg), CUDA_SUCCESS);
+    struct leaks base = leaks_now();
+    CHECK_EQ(gvm_tag_push("w"), GVM_OK);
+    uintptr_t w = palloc(40 * MiB);
+    CHECK_EQ(gvm_tag_pop(), GVM_OK);
+    fill(w, 40 * MiB, 11);
+    leaks_now();   /* pools trimmed: nothing ready */
+    size_t host0 = simcuda_phys_bytes(SIMCUDA_LOC_HOST);
+    CHECK_EQ(gvm_pause("w", GVM_PAUSE_UNMAPPED), GVM_OK);
+    CHECK_EQ(simcuda_location_of(w), SIMCUDA_LOC_UNMAPPED);
+    CHECK_EQ(simcuda_phys_bytes(0), 0);
+    CHECK_EQ(simcuda_registered_bytes() - base.registered, registered ? 40 * MiB : 0);
+    CHECK_EQ(simcuda_phys_bytes(SIMCUDA_LOC_HOST) - host0, registered ? 0 : 40 * MiB);
+    gvm_info info;
+    CHECK_EQ(gvm_query((void *)w, &info), GVM_OK);
+    CHECK_EQ(info.bytes_on_host, 40 * MiB);
+    CHECK_EQ(gvm_resume("w"), GVM_OK);
+    CHECK_EQ(simcuda_location_of(w), 0);
+    CHECK(intact(w, 40 * MiB, 11));
+    unsigned long regs = simcuda_calls_of("cuMemHostRegister_v2"), creates = simcuda_calls_of("cuMemCreate");
+    CHECK_EQ(gvm_pause("w", GVM_PAUSE_UNMAPPED), GVM_OK);
+    CHECK_EQ(simcuda_calls_of("cuMemHostRegister_v2"), regs);
+    CHECK_EQ(simcuda_calls_of("cuMemCreate"), creates);   /* the pool's pieces again */
+    CHECK_EQ(gvm_resume("w"), GVM_OK);
+    CHECK(intact(w, 40 * MiB, 11));
+    CHECK_EQ(gvm_policy_free(w), CUDA_SUCCESS);
+    CHECK_NO_LEAK(base);
+}
+
+static void a_first_unmapped_pause_registers_host_pages(void) { first_unmapped_pause(true); }
+static void host_register_off_creates_host_pieces(void) { first_unmapped_pause(false); }
+
+/* Registering refused (by the driver, or the kernel out of pages): the
+ * pause creates its host pieces instead, and keeps every byte. */
+static void a_refused_registration_falls_back_to_created_pieces(void)
+{
+    start_policy(NULL);
+    struct leaks base = leaks_now();
+    CHECK_EQ(gvm_tag_push("w"), GVM_OK);
+    uintptr_t w = palloc(40 * MiB);
+    CHECK_EQ(gvm_tag_pop(), GVM_OK);
+    fill(w, 40 * MiB, 12);
+    leaks_now();
+    size_t host0 = simcuda_phys_bytes(SIMCUDA_LOC_HOST);
+    simcuda_fail_calls("cuMemHostRegister_v2", 1, 1000, CUDA_ERROR_NOT_PERMITTED);
+    CHECK_EQ(gvm_pause("w", GVM_PAUSE_UNMAPPED), GVM_OK);
+    simcuda_fail_calls("cuMemHostRegister_v2", 0, 0, CUDA_SUCCESS);
+    CHECK(simcuda_calls_of("cuMemHostRegister_v2") > 0);
+    CHECK_EQ(simcuda_registered_bytes(), base.registered);
+    CHECK_EQ(simcuda_phys_bytes(SIMCUDA_LOC_HOST) - host0, 40 * MiB);
+    CHECK_EQ(gvm_resume("w"), GVM_OK);
+    CHECK(intact(w, 40 * MiB, 12));
+    CHECK_EQ(gvm_policy_free(w), CUDA_SUCCESS);
+    CHECK_NO_LEAK(base);
+}
+
 /* A driver call failing anywhere in the pause leaves the allocation
  * mapped where it was with its contents; anywhere in the resume leaves it
  * paused with its copy, which a later resume restores. Nothing leaks. */
@@ -1499,6 +1569,40 @@ static int intact_used(uintptr_t p, size_t n, uint32_t seed)
 
 static const char *const lazy_kv[] = {"device_limit", "0:64M", "spill", "host", "spill_host_map", "lazy",
                                       "promote_interval", "3600s", NULL};
+
+/* A lazily spilled region whose copy is in registered pages, which have
+ * no handle to map: a call reaching it maps created pages holding the
+ * same bytes in place, and the registered ones go back to the pool; while
+ * that copy fails, the region stays spilled, intact, and the next call
+ * maps it. */
+static void registered_pages_of_a_lazy_spill_map_in_place(void)
+{
+    start_policy(lazy_kv);
+    struct leaks base = leaks_now();
+    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
+    fill(a, 24 * MiB, 21);
+    fill(b, 24 * MiB, 22);
+    touch(b);
+    uintptr_t c = palloc(24 * MiB);          /* a leaves, into registered pages */
+    fill(c, 24 * MiB, 23);
+    CHECK_EQ(simcuda_location_of(a), SIMCUDA_LOC_UNMAPPED);
+    CHECK_EQ(simcuda_registered_bytes() - base.registered, 24 * MiB);
+    size_t host0 = simcuda_phys_bytes(SIMCUDA_LOC_HOST);
+    simcuda_fail_calls("cuStreamSynchronize", 1, 1000, CUDA_ERROR_LAUNCH_FAILED);
+    use_mapped(a);
+    simcuda_fail_calls("cuStreamSynchronize", 0, 0, CUDA_SUCCESS);
+    CHECK_EQ(simcuda_location_of(a), SIMCUDA_LOC_UNMAPPED);
+    CHECK_EQ(where(a), GVM_HOST);
+    use_mapped(a);
+    CHECK_EQ(simcuda_location_of(a), SIMCUDA_LOC_HOST);
+    CHECK_EQ(simcuda_phys_bytes(SIMCUDA_LOC_HOST) - host0, 24 * MiB);
+    CHECK(intact(a, 24 * MiB, 21) && intact(b, 24 * MiB, 22) && intact(c, 24 * MiB, 23));
+    CHECK(simcuda_phys_bytes(0) <= 64 * MiB);
+    CHECK_EQ(gvm_policy_free(a), CUDA_SUCCESS);
+    CHECK_EQ(gvm_policy_free(b), CUDA_SUCCESS);
+    CHECK_EQ(gvm_policy_free(c), CUDA_SUCCESS);
+    CHECK_NO_LEAK(base);
+}
 
 /* A lazy spill gives the device memory back and leaves the range unmapped;
  * a launch brings the data back, a copy maps it where it is. */
@@ -2305,6 +2409,9 @@ static const struct test_case cases[] = {
     TEST_ENTRY(pause_discard_and_resume_zeroed)
     TEST_ENTRY(pause_unmapped_keeps_the_contents_off_the_range)
     TEST_ENTRY(freeing_shelved_memory_releases_its_copy)
+    TEST_ENTRY(a_first_unmapped_pause_registers_host_pages)
+    TEST_ENTRY(host_register_off_creates_host_pieces)
+    TEST_ENTRY(a_refused_registration_falls_back_to_created_pieces)
     TEST_ENTRY(pause_unmapped_failure_at_every_call)
     TEST_ENTRY(threshold_rule_places_large_allocations_in_host_memory)
     TEST_ENTRY(failure_while_spilling_keeps_data)
@@ -2323,6 +2430,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(a_raised_limit_lets_spilled_data_back)
     TEST_ENTRY(a_swap_skips_a_victim_in_use)
     TEST_ENTRY(a_lazy_spill_leaves_the_range_unmapped)
+    TEST_ENTRY(registered_pages_of_a_lazy_spill_map_in_place)
     TEST_ENTRY(unknown_reach_maps_every_lazy_spill)
     TEST_ENTRY(operations_on_lazily_spilled_memory)
     TEST_ENTRY(freeing_lazily_spilled_memory_releases_it)

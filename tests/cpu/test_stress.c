@@ -583,7 +583,8 @@ static void *trim_device0(void *arg)
 {
     struct trim *t = arg;
     t->freed = gvm_heap_trim(0);
-    t->left = (struct leaks){simcuda_live_handles(), simcuda_live_reservations(), simcuda_live_mappings()};
+    t->left = (struct leaks){simcuda_live_handles(), simcuda_live_reservations(), simcuda_live_mappings(),
+                             simcuda_registered_bytes()};
     __atomic_store_n(&t->done, 1, __ATOMIC_RELEASE);
     return NULL;
 }

@@ -17,6 +17,9 @@ a user has: NVML (the job's own process entry, else nvidia-smi
   pause_unmapped gvmctl pause PID model --unmapped (GVM_PAUSE_UNMAPPED: the
                  copy waits in host memory mapped nowhere in the job's range):
                  the same checks as pause_keep
+  pause_unmapped_cold  the same with GVM_HOST_PREFILL=off: no host memory is
+                 ready, so the pause pins pages of the job's own
+                 (GVM_HOST_REGISTER) while its copies run
   pause_discard  gvmctl pause PID model --discard: the same release; after
                  resume the parameters are zero (what gvm_pause with
                  GVM_PAUSE_DISCARD documents: resume gives zeroed memory);
@@ -152,14 +155,14 @@ def same_run(ref, got, what):
                                                                  sum(len(x) for x in a), what))
 
 
-def case_pause(flag=None):
+def case_pause(flag=None, env=None):
     discard = flag == "--discard"
 
     def case():
         gt.gvmctl_path()
         native, shim_ref = plain(False), plain(True)
         label = "job paused from outside%s (shim)" % (" with " + flag if flag else "")
-        job = gt.LiveChild(__file__, "job", dict(JOB, shim=True, reload=discard), shim=True, label=label)
+        job = gt.LiveChild(__file__, "job", dict(JOB, shim=True, reload=discard), shim=True, env=env, label=label)
         try:
             mb = job.at("pause")["model_bytes"]
             before = used(job)
@@ -226,6 +229,7 @@ def case_pause(flag=None):
 def main():
     return gt.suite_main("gvmctl-pause", "torch", HANDLERS,
                          [("pause_keep", case_pause()), ("pause_unmapped", case_pause("--unmapped")),
+                          ("pause_unmapped_cold", case_pause("--unmapped", {"GVM_HOST_PREFILL": "off"})),
                           ("pause_discard", case_pause("--discard"))])
 
 

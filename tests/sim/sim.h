@@ -111,7 +111,7 @@ struct sim_state {
     int ndev, no_vmm, no_peer, pcie_peer, tracing, cpu_faults;
     struct sim_device dev[SIM_MAX_DEVICES];
     size_t host_capacity, host_used;
-    struct sim_vec natives, resvs, maps, handles, streams, events, funcs;
+    struct sim_vec natives, resvs, maps, handles, streams, events, funcs, hostregs;
     unsigned long long next_id;
 };
 
@@ -175,6 +175,7 @@ struct sim_native *sim_native_at(uintptr_t p);
 struct sim_map *sim_map_at(uintptr_t p);
 struct sim_resv *sim_resv_at(uintptr_t p);
 void sim_native_reset(void);
+void sim_hostreg_reset(void);
 void sim_vmm_reset(void);
 
 /* True when [p, p+n) is memory a kernel may touch: one native allocation,

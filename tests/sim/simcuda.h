@@ -46,6 +46,7 @@ long simcuda_live_reservations(void); /* cuMemAddressReserve ranges */
 long simcuda_live_mappings(void);     /* cuMemMap ranges, orphans included */
 long simcuda_orphan_mappings(void);   /* mappings whose reservation was freed under them */
 long simcuda_live_native(void);       /* cuMemAlloc* allocations */
+size_t simcuda_registered_bytes(void); /* cuMemHostRegister'd bytes */
 /* Every live reservation, handle and mapping, one line each: what a leak
  * check prints when it fails. */
 void simcuda_dump_live(FILE *out);

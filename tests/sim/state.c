@@ -392,6 +392,7 @@ void simcuda_reset(void)
     pthread_rwlock_wrlock(&sim.lock);
     sim_vmm_reset();
     sim_native_reset();
+    sim_hostreg_reset();
     sim_captures_reset();
     sim_streams_reset();
     sim_ctx_reset_all();

@@ -1,0 +1,108 @@
+#define _GNU_SOURCE
+#include "core/hostpin.h"
+
+#include "core/driver.h"
+#include "core/held.h"
+#include "core/log.h"
+#include "core/settings.h"
+#include "core/topo.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* Huge pages: one fault and one pinned page per 2 MiB instead of 512. */
+#define HUGE ((size_t)2 << 20)
+
+bool gvm_hostpin_usable(void)
+{
+    return gvm_settings.host_register && gvm_drv.cuMemHostRegister_v2 && gvm_drv.cuMemHostUnregister;
+}
+
+/* An anonymous mapping of size bytes aligned to HUGE (the kernel backs an
+ * aligned range with huge pages where it may), or NULL. */
+static void *map_aligned(size_t size)
+{
+    size_t len = size + HUGE;
+    char *m = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (m == MAP_FAILED) return NULL;
+    char *a = (char *)(((uintptr_t)m + HUGE - 1) & ~(uintptr_t)(HUGE - 1));
+    if (a > m) munmap(m, (size_t)(a - m));
+    if (a + size < m + len) munmap(a + size, (size_t)(m + len - (a + size)));
+    return a;
+}
+
+/* Pages near the devices' host NUMA node, as cuMemCreate's HOST_NUMA
+ * pieces are; a refusal leaves the kernel's own choice. */
+static void prefer_node(void *a, size_t size)
+{
+#ifdef SYS_mbind
+    if (gvm_topo.host_type != CU_MEM_LOCATION_TYPE_HOST_NUMA || gvm_topo.host_numa_id < 0 ||
+        gvm_topo.host_numa_id >= 64)
+        return;
+    unsigned long mask = 1ul << gvm_topo.host_numa_id;
+    const int mpol_preferred = 1;
+    syscall(SYS_mbind, a, size, mpol_preferred, &mask, (unsigned long)gvm_topo.host_numa_id + 2, 0u);
+#else
+    (void)a;
+    (void)size;
+#endif
+}
+
+/* Registering and unregistering need a current context on the calling
+ * thread (a pool's creator or trimmer may have none). */
+static CUresult in_context(int dev, void *a, size_t size, bool reg)
+{
+    CUresult rc = gvm_topo_push(dev);
+    if (rc != CUDA_SUCCESS) return rc;
+    rc = reg ? DRV(cuMemHostRegister_v2, a, size, CU_MEMHOSTREGISTER_PORTABLE) : DRV(cuMemHostUnregister, a);
+    gvm_topo_pop();
+    return rc;
+}
+
+CUresult gvm_hostpin_create(size_t size, int dev, struct gvm_phys **out)
+{
+    if (!gvm_held_reserve(GVM_LOC_HOST, size)) return CUDA_ERROR_OUT_OF_MEMORY;
+    struct gvm_phys *p = calloc(1, sizeof *p);
+    char *a = p ? map_aligned(size) : NULL;
+    CUresult rc = a ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+    if (rc == CUDA_SUCCESS) {
+        madvise(a, size, MADV_HUGEPAGE);
+        /* A forked child must not share pinned pages copy-on-write. */
+        madvise(a, size, MADV_DONTFORK);
+        prefer_node(a, size);
+        for (size_t o = 0; o < size; o += 4096) ((volatile char *)a)[o] = 0;
+        rc = in_context(dev, a, size, true);
+    }
+    if (rc != CUDA_SUCCESS) {
+        if (a) munmap(a, size);
+        free(p);
+        gvm_held_release(GVM_LOC_HOST, size);
+        return rc;
+    }
+    p->host = a;
+    p->staging = (CUdeviceptr)(uintptr_t)a;
+    p->staged_for = UINT32_MAX;
+    p->size = size;
+    p->loc = GVM_LOC_HOST;
+    p->host_dev = dev;
+    *out = p;
+    return CUDA_SUCCESS;
+}
+
+void gvm_hostpin_destroy(struct gvm_phys *p)
+{
+    CUresult rc = in_context(p->host_dev, p->host, p->size, false);
+    if (rc != CUDA_SUCCESS) rc = in_context(p->host_dev, p->host, p->size, false);   /* a passing fault */
+    if (rc != CUDA_SUCCESS) {
+        /* Pages the driver may still reach stay the process's: never reused. */
+        gvm_warn("cuMemHostUnregister failed (%d): %zu bytes of host memory stay pinned", rc, p->size);
+        free(p);
+        return;
+    }
+    munmap(p->host, p->size);
+    gvm_held_release(GVM_LOC_HOST, p->size);
+    free(p);
+}
