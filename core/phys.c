@@ -299,16 +299,16 @@ static CUresult batch_start(int loc, const size_t *sizes, int n, bool staging, b
                             struct gvm_phys **out, int threads, struct gvm_phys_batch **bp)
 {
     struct gvm_phys_batch *b = calloc(1, sizeof *b);
-    if (b) {
-        b->todo = calloc((size_t)n + 1, sizeof *b->todo);
-        b->settled = calloc((size_t)n + 1, 1);
-    }
-    if (!b || !b->todo || !b->settled) {
-        if (b) free(b->todo), free(b->settled), free(b);
+    int *todo = calloc((size_t)n + 1, sizeof *todo);
+    unsigned char *settled = calloc((size_t)n + 1, 1);
+    if (!b || !todo || !settled) {
+        free(b);
+        free(todo);
+        free(settled);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     *b = (struct gvm_phys_batch){.loc = loc, .staging = staging, .copy_only = copy_only, .dev = dev, .sizes = sizes,
-                                 .out = out, .todo = b->todo, .settled = b->settled};
+                                 .out = out, .todo = todo, .settled = settled};
     pthread_mutex_init(&b->lock, NULL);
     pthread_cond_init(&b->cond, NULL);
     for (int i = 0; i < n; i++) {
