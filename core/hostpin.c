@@ -8,6 +8,7 @@
 #include "core/topo.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
@@ -62,8 +63,29 @@ static CUresult in_context(int dev, void *a, size_t size, bool reg)
     return rc;
 }
 
+static const char *meminfo_path = "/proc/meminfo";
+
+void gvm_hostpin_set_meminfo(const char *path) { meminfo_path = path; }
+
+/* Whether the kernel has `size` bytes to spare beside a margin. Touching
+ * pages the machine does not have wakes the OOM killer, where creating
+ * pinned memory fails cleanly: so without them, a piece is created. */
+static bool room_for(size_t size)
+{
+    FILE *f = meminfo_path ? fopen(meminfo_path, "r") : NULL;
+    if (!f) return true;   /* nothing to go by: as before the check */
+    char line[128];
+    unsigned long long kib = 0;
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) found = sscanf(line, "MemAvailable: %llu kB", &kib) == 1;
+    fclose(f);
+    const unsigned long long margin = 1ull << 30;
+    return !found || kib * 1024 >= size + margin;
+}
+
 CUresult gvm_hostpin_create(size_t size, int dev, struct gvm_phys **out)
 {
+    if (!room_for(size)) return CUDA_ERROR_OUT_OF_MEMORY;
     if (!gvm_held_reserve(GVM_LOC_HOST, size)) return CUDA_ERROR_OUT_OF_MEMORY;
     struct gvm_phys *p = calloc(1, sizeof *p);
     char *a = p ? map_aligned(size) : NULL;

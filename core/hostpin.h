@@ -28,8 +28,14 @@ bool gvm_hostpin_usable(void);
  * zeroed by the calling thread (page faults run in parallel across
  * threads, the driver's creation does not). Registered in the primary
  * context of dev (the device whose copies use it: a context it already
- * has), which also unregisters it. */
+ * has), which also unregisters it. CUDA_ERROR_OUT_OF_MEMORY, nothing
+ * touched, when the kernel has less than size and 1 GiB available. */
 CUresult gvm_hostpin_create(size_t size, int dev, struct gvm_phys **out);
+
+/* Where the kernel's free memory is read (MemAvailable): a piece is
+ * registered only while 1 GiB more than it is available. Tests point it
+ * at a file of their own; NULL or a missing file: no check. */
+void gvm_hostpin_set_meminfo(const char *path);
 
 /* Unregisters and unmaps p's pages and frees p (gvm_phys_destroy calls it
  * for registered pieces). */

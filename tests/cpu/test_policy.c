@@ -3,6 +3,7 @@
  * failures injected while spilling. */
 #include "simcore.h"
 
+#include "core/hostpin.h"
 #include "core/held.h"
 #include "core/ids.h"
 #include "core/log.h"
@@ -903,6 +904,37 @@ static void first_unmapped_pause(bool registered)
 
 static void a_first_unmapped_pause_registers_host_pages(void) { first_unmapped_pause(true); }
 static void host_register_off_creates_host_pieces(void) { first_unmapped_pause(false); }
+
+/* Pages the machine does not have would be touched into the OOM killer:
+ * below MemAvailable's margin the pause creates its pieces (which fail
+ * cleanly where memory is short), and keeps every byte. */
+static void registering_stops_short_of_the_machines_memory(void)
+{
+    start_policy(NULL);
+    struct leaks base = leaks_now();
+    CHECK_EQ(gvm_tag_push("w"), GVM_OK);
+    uintptr_t w = palloc(40 * MiB);
+    CHECK_EQ(gvm_tag_pop(), GVM_OK);
+    fill(w, 40 * MiB, 13);
+    leaks_now();
+    char path[] = "/tmp/gvm-meminfo-XXXXXX";
+    int fd = mkstemp(path);
+    CHECK(fd >= 0);
+    const char text[] = "MemTotal:        2097152 kB\nMemFree:          524288 kB\nMemAvailable:    1048576 kB\n";
+    CHECK_EQ(write(fd, text, sizeof text - 1), (ssize_t)(sizeof text - 1));
+    close(fd);
+    gvm_hostpin_set_meminfo(path);   /* 1 GiB available: not 1 GiB beside 40 MiB */
+    size_t host0 = simcuda_phys_bytes(SIMCUDA_LOC_HOST);
+    CHECK_EQ(gvm_pause("w", GVM_PAUSE_UNMAPPED), GVM_OK);
+    gvm_hostpin_set_meminfo("/proc/meminfo");
+    unlink(path);
+    CHECK_EQ(simcuda_registered_bytes(), base.registered);
+    CHECK_EQ(simcuda_phys_bytes(SIMCUDA_LOC_HOST) - host0, 40 * MiB);
+    CHECK_EQ(gvm_resume("w"), GVM_OK);
+    CHECK(intact(w, 40 * MiB, 13));
+    CHECK_EQ(gvm_policy_free(w), CUDA_SUCCESS);
+    CHECK_NO_LEAK(base);
+}
 
 /* Registering refused (by the driver, or the kernel out of pages): the
  * pause creates its host pieces instead, and keeps every byte. */
@@ -2412,6 +2444,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(a_first_unmapped_pause_registers_host_pages)
     TEST_ENTRY(host_register_off_creates_host_pieces)
     TEST_ENTRY(a_refused_registration_falls_back_to_created_pieces)
+    TEST_ENTRY(registering_stops_short_of_the_machines_memory)
     TEST_ENTRY(pause_unmapped_failure_at_every_call)
     TEST_ENTRY(threshold_rule_places_large_allocations_in_host_memory)
     TEST_ENTRY(failure_while_spilling_keeps_data)
