@@ -70,6 +70,11 @@ CUresult gvm_phys_get(int loc, size_t size, bool staging, struct gvm_phys **out)
  * the caller's too, is given back and NULL. */
 CUresult gvm_phys_get_many(int loc, const size_t *sizes, int n, bool staging, struct gvm_phys **out);
 
+/* A pooled piece of exactly `size` at loc, or NULL; with `staging`, one
+ * already staged is preferred; `copy_only`: a registered piece will do
+ * (it has no handle to map). */
+struct gvm_phys *gvm_phys_pool_take(int loc, size_t size, bool staging, bool copy_only);
+
 /* gvm_phys_get_many in the background, for a caller that uses each piece
  * as soon as it is ready (a move's copies start while the rest are being
  * made): the NULL entries of out are filled from loc's pool at once
