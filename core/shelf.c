@@ -291,7 +291,9 @@ static void restore_block(struct gvm_shelf_op *op, int i)
     if (rc == CUDA_SUCCESS) rc = gvm_region_map_block(r, i, p);
     if (rc == CUDA_SUCCESS) return;
     if (p) gvm_phys_put(p);
-    if (with_handle(&op->pieces[i], op->dev) == CUDA_SUCCESS && gvm_region_map_block(r, i, h = op->pieces[i]) == CUDA_SUCCESS) {
+    CUresult placed = with_handle(&op->pieces[i], op->dev);
+    if (placed == CUDA_SUCCESS) placed = gvm_region_map_block(r, i, op->pieces[i]);
+    if (placed == CUDA_SUCCESS) {
         op->pieces[i] = NULL;   /* the region's now */
         gvm_warn("%#lx+%zu stays in host memory after a failed spill (driver error %d)", (unsigned long)r->base,
                  r->blocks[i].off, rc);
