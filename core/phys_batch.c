@@ -10,7 +10,6 @@
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
 /* Threads creating pieces at once. The driver serializes cuMemCreate, so
@@ -100,6 +99,18 @@ static bool fits_cap(int loc, const size_t *sizes, const int *todo, int n)
     return need <= cap && held <= cap - need;
 }
 
+/* A pooled piece of `size` at loc, staged when asked (one that cannot be
+ * goes back), or NULL. */
+static struct gvm_phys *pooled(int loc, size_t size, bool staging, bool copy_only)
+{
+    struct gvm_phys *p = gvm_phys_pool_take(loc, size, staging, copy_only);
+    if (p && staging && !p->staging && gvm_phys_stage(p) != CUDA_SUCCESS) {
+        gvm_phys_put(p);
+        p = NULL;
+    }
+    return p;
+}
+
 static void batch_free(struct gvm_phys_batch *b)
 {
     pthread_mutex_destroy(&b->lock);
@@ -128,11 +139,7 @@ static CUresult batch_start(int loc, const size_t *sizes, int n, bool staging, b
     pthread_mutex_init(&b->lock, NULL);
     pthread_cond_init(&b->cond, NULL);
     for (int i = 0; i < n; i++) {
-        if (!out[i] && (out[i] = gvm_phys_pool_take(loc, sizes[i], staging, copy_only)) && staging && !out[i]->staging &&
-            gvm_phys_stage(out[i]) != CUDA_SUCCESS) {
-            gvm_phys_put(out[i]);
-            out[i] = NULL;
-        }
+        if (!out[i]) out[i] = pooled(loc, sizes[i], staging, copy_only);
         if (out[i])
             b->settled[i] = 1;
         else
@@ -196,11 +203,7 @@ size_t gvm_phys_take_pooled(int loc, const size_t *sizes, int n, bool staging, s
 {
     size_t missing = 0;
     for (int i = 0; i < n; i++) {
-        if (!out[i] && (out[i] = gvm_phys_pool_take(loc, sizes[i], staging, false)) && staging && !out[i]->staging &&
-            gvm_phys_stage(out[i]) != CUDA_SUCCESS) {
-            gvm_phys_put(out[i]);
-            out[i] = NULL;
-        }
+        if (!out[i]) out[i] = pooled(loc, sizes[i], staging, false);
         if (!out[i]) missing += sizes[i];
     }
     return missing;
@@ -210,23 +213,19 @@ CUresult gvm_phys_get_many(int loc, const size_t *sizes, int n, bool staging, st
 {
     struct gvm_phys_batch *b = NULL;
     CUresult rc = batch_start(loc, sizes, n, staging, false, -1, out, CREATE_THREADS - 1, &b);
-    if (rc != CUDA_SUCCESS) return rc;
-    int ntodo = b->ntodo;
-    int *todo = malloc(((size_t)ntodo + 1) * sizeof *todo);
-    if (todo) memcpy(todo, b->todo, (size_t)ntodo * sizeof *todo);
-    create_worker(b);    /* this thread works too */
-    rc = gvm_phys_batch_end(b, false);
-    if (rc == CUDA_ERROR_OUT_OF_MEMORY && todo && ntodo && gvm_phys_trim(loc, SIZE_MAX)) {
-        /* Pooled pieces of other sizes were in the way: one more go, serially. */
-        rc = CUDA_SUCCESS;
-        for (int k = 0; k < ntodo && rc == CUDA_SUCCESS; k++)
-            if (!out[todo[k]]) rc = gvm_phys_get(loc, sizes[todo[k]], staging, &out[todo[k]]);
+    if (rc == CUDA_SUCCESS && b->refused && gvm_phys_trim(loc, SIZE_MAX)) {
+        /* Pooled pieces of other sizes were in the way of the cap: one more go. */
+        batch_free(b);
+        rc = batch_start(loc, sizes, n, staging, false, -1, out, CREATE_THREADS - 1, &b);
+    }
+    if (rc == CUDA_SUCCESS) {
+        create_worker(b);   /* this thread works too */
+        rc = gvm_phys_batch_end(b, false);
     }
     if (rc != CUDA_SUCCESS)
         for (int i = 0; i < n; i++) {
             gvm_phys_put(out[i]);
             out[i] = NULL;
         }
-    free(todo);
     return rc;
 }

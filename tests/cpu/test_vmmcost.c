@@ -332,6 +332,28 @@ static void prefill_stays_under_the_host_cap(void)
     CHECK(intact(p, 16 * MiB, 2));
 }
 
+/* Pieces the cap refuses while the pool holds pieces of other sizes: the
+ * pool gives them back and the pieces are made, under the cap. */
+static void pooled_pieces_of_other_sizes_give_way_to_the_cap(void)
+{
+    sim_start(2, 512 * MiB, pool_64m_capped);
+    struct gvm_phys *a = NULL, *b = NULL;
+    CHECK_EQ(gvm_phys_get(GVM_LOC_HOST, 8 * MiB, true, &a), CUDA_SUCCESS);
+    CHECK_EQ(gvm_phys_get(GVM_LOC_HOST, 8 * MiB, true, &b), CUDA_SUCCESS);
+    gvm_phys_put(a);
+    gvm_phys_put(b);
+    CHECK_EQ(gvm_phys_pooled(GVM_LOC_HOST), 16 * MiB);
+    size_t sizes[2] = {6 * MiB, 6 * MiB};
+    struct gvm_phys *out[2] = {NULL, NULL};
+    CHECK_EQ(gvm_phys_get_many(GVM_LOC_HOST, sizes, 2, true, out), CUDA_SUCCESS);
+    CHECK(out[0] && out[1] && out[0]->size == 6 * MiB && out[1]->size == 6 * MiB && out[0]->staging);
+    CHECK_EQ(gvm_phys_pooled(GVM_LOC_HOST), 0);
+    CHECK_EQ(gvm_held_bytes(GVM_LOC_HOST), 12 * MiB);
+    CHECK(gvm_held_peak(GVM_LOC_HOST) <= 20 * MiB);
+    gvm_phys_put(out[0]);
+    gvm_phys_put(out[1]);
+}
+
 /* Moves take from the pool while the fill adds to it (TSan). */
 struct mover {
     uintptr_t p;
@@ -570,6 +592,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(prefill_fills_the_pool_once_and_a_move_takes_it)
     TEST_ENTRY(prefill_failing_ends_quietly_without_a_leak)
     TEST_ENTRY(prefill_stays_under_the_host_cap)
+    TEST_ENTRY(pooled_pieces_of_other_sizes_give_way_to_the_cap)
     TEST_ENTRY(moves_during_a_fill)
     TEST_ENTRY(the_fill_steps_aside_while_a_move_runs)
     TEST_ENTRY(a_stopped_fill_creates_no_more)
