@@ -231,18 +231,20 @@ static bool hand_off_next_unit(struct gvm_shelf_op *puts, int n, int dev)
     return false;
 }
 
-/* Copies host piece h into device piece p (both staged), and waits. */
+/* Copies host piece h into piece p (staged) on dev's engine, and waits;
+ * without a stream of ours (its event refused), on the context's own. */
 static CUresult copy_back(struct gvm_phys *p, struct gvm_phys *h, int dev)
 {
     CUstream s = NULL;
     CUresult rc = gvm_topo_push(dev);
     if (rc != CUDA_SUCCESS) return rc;
-    if ((rc = gvm_topo_stream(dev, GVM_INTO, &s)) == CUDA_SUCCESS)
-        rc = copy_from_piece(p->staging, h, s);
-    if (s) {
-        CUresult done = DRV(cuStreamSynchronize, s);
-        if (rc == CUDA_SUCCESS) rc = done;
-    }
+    if (gvm_topo_stream(dev, GVM_INTO, &s) != CUDA_SUCCESS)
+        rc = h->host ? DRV(cuMemcpyHtoD_v2, p->staging, h->host, h->size)
+                     : DRV(cuMemcpyDtoD_v2, p->staging, h->staging, h->size);
+    else if ((rc = copy_from_piece(p->staging, h, s)) == CUDA_SUCCESS)
+        rc = DRV(cuStreamSynchronize, s);
+    else
+        DRV(cuStreamSynchronize, s);   /* what was queued before, ahead of the piece's reuse */
     gvm_topo_pop();
     return rc;
 }
@@ -256,26 +258,14 @@ static CUresult with_handle(struct gvm_phys **h, int dev)
     struct gvm_phys *p = NULL;
     CUresult rc = get_pieces(GVM_LOC_HOST, &(*h)->size, 1, &p);
     /* Tried twice: where this serves a failed put, the bytes are nowhere else. */
-    for (int tries = 0; rc == CUDA_SUCCESS && tries < 2; tries++) {
-        if ((rc = gvm_topo_push(dev)) != CUDA_SUCCESS) break;
-        CUstream s = NULL;
-        if ((rc = gvm_topo_stream(dev, GVM_INTO, &s)) == CUDA_SUCCESS) {
-            rc = copy_from_piece(p->staging, *h, s);
-            CUresult done = DRV(cuStreamSynchronize, s);
-            if (rc == CUDA_SUCCESS) rc = done;
-        } else {   /* no stream of ours (its event refused): the context's own */
-            rc = DRV(cuMemcpyHtoD_v2, p->staging, (*h)->host, (*h)->size);
-        }
-        gvm_topo_pop();
-        if (rc == CUDA_SUCCESS) {
-            gvm_phys_put(*h);
-            *h = p;
-            return CUDA_SUCCESS;
-        }
-        rc = tries ? rc : CUDA_SUCCESS;
+    if (rc == CUDA_SUCCESS && (rc = copy_back(p, *h, dev)) != CUDA_SUCCESS) rc = copy_back(p, *h, dev);
+    if (rc != CUDA_SUCCESS) {
+        gvm_phys_put(p);
+        return rc;
     }
-    gvm_phys_put(p);
-    return rc;
+    gvm_phys_put(*h);
+    *h = p;
+    return CUDA_SUCCESS;
 }
 
 /* Block i of a failed put, handed off, gets its contents back at its
