@@ -863,6 +863,31 @@ static void freeing_shelved_memory_releases_its_copy(void)
  * process's pages registered beside the copies (core/hostpin.h), not
  * created pinned memory; they go back to the pool like created ones, and
  * the next pause takes them. With host_register=0 nothing is registered. */
+/* 40 MiB tagged "w", filled from seed; the pools trimmed after, so its
+ * first pause finds no host memory ready. */
+static uintptr_t tagged_w(uint32_t seed)
+{
+    CHECK_EQ(gvm_tag_push("w"), GVM_OK);
+    uintptr_t w = palloc(40 * MiB);
+    CHECK_EQ(gvm_tag_pop(), GVM_OK);
+    fill(w, 40 * MiB, seed);
+    leaks_now();
+    return w;
+}
+
+/* The end of a pause of tagged_w(seed) that registered nothing: its
+ * 40 MiB in created host pieces (host0: the host's bytes before), every
+ * byte back on resume, nothing leaked since base once freed. */
+static void paused_in_created_pieces(uintptr_t w, uint32_t seed, size_t host0, struct leaks base)
+{
+    CHECK_EQ(simcuda_registered_bytes(), base.registered);
+    CHECK_EQ(simcuda_phys_bytes(SIMCUDA_LOC_HOST) - host0, 40 * MiB);
+    CHECK_EQ(gvm_resume("w"), GVM_OK);
+    CHECK(intact(w, 40 * MiB, seed));
+    CHECK_EQ(gvm_policy_free(w), CUDA_SUCCESS);
+    CHECK_NO_LEAK(base);
+}
+
 static void no_registering(struct gvm_settings *s)
 {
     no_idle_memory_limited(s);
@@ -875,11 +900,7 @@ static void first_unmapped_pause(bool registered)
     sim_start(2, 512 * MiB, registered ? no_idle_memory_limited : no_registering);
     CHECK_EQ(gvm_policy_start(&cfg), CUDA_SUCCESS);
     struct leaks base = leaks_now();
-    CHECK_EQ(gvm_tag_push("w"), GVM_OK);
-    uintptr_t w = palloc(40 * MiB);
-    CHECK_EQ(gvm_tag_pop(), GVM_OK);
-    fill(w, 40 * MiB, 11);
-    leaks_now();   /* pools trimmed: nothing ready */
+    uintptr_t w = tagged_w(11);
     size_t host0 = simcuda_phys_bytes(SIMCUDA_LOC_HOST);
     CHECK_EQ(gvm_pause("w", GVM_PAUSE_UNMAPPED), GVM_OK);
     CHECK_EQ(simcuda_location_of(w), SIMCUDA_LOC_UNMAPPED);
@@ -912,11 +933,7 @@ static void registering_stops_short_of_the_machines_memory(void)
 {
     start_policy(NULL);
     struct leaks base = leaks_now();
-    CHECK_EQ(gvm_tag_push("w"), GVM_OK);
-    uintptr_t w = palloc(40 * MiB);
-    CHECK_EQ(gvm_tag_pop(), GVM_OK);
-    fill(w, 40 * MiB, 13);
-    leaks_now();
+    uintptr_t w = tagged_w(13);
     char path[] = "/tmp/gvm-meminfo-XXXXXX";
     int fd = mkstemp(path);
     CHECK(fd >= 0);
@@ -928,12 +945,7 @@ static void registering_stops_short_of_the_machines_memory(void)
     CHECK_EQ(gvm_pause("w", GVM_PAUSE_UNMAPPED), GVM_OK);
     gvm_hostpin_set_meminfo("/proc/meminfo");
     unlink(path);
-    CHECK_EQ(simcuda_registered_bytes(), base.registered);
-    CHECK_EQ(simcuda_phys_bytes(SIMCUDA_LOC_HOST) - host0, 40 * MiB);
-    CHECK_EQ(gvm_resume("w"), GVM_OK);
-    CHECK(intact(w, 40 * MiB, 13));
-    CHECK_EQ(gvm_policy_free(w), CUDA_SUCCESS);
-    CHECK_NO_LEAK(base);
+    paused_in_created_pieces(w, 13, host0, base);
 }
 
 /* Registering refused (by the driver, or the kernel out of pages): the
@@ -942,22 +954,13 @@ static void a_refused_registration_falls_back_to_created_pieces(void)
 {
     start_policy(NULL);
     struct leaks base = leaks_now();
-    CHECK_EQ(gvm_tag_push("w"), GVM_OK);
-    uintptr_t w = palloc(40 * MiB);
-    CHECK_EQ(gvm_tag_pop(), GVM_OK);
-    fill(w, 40 * MiB, 12);
-    leaks_now();
+    uintptr_t w = tagged_w(12);
     size_t host0 = simcuda_phys_bytes(SIMCUDA_LOC_HOST);
     simcuda_fail_calls("cuMemHostRegister_v2", 1, 1000, CUDA_ERROR_NOT_PERMITTED);
     CHECK_EQ(gvm_pause("w", GVM_PAUSE_UNMAPPED), GVM_OK);
     simcuda_fail_calls("cuMemHostRegister_v2", 0, 0, CUDA_SUCCESS);
     CHECK(simcuda_calls_of("cuMemHostRegister_v2") > 0);
-    CHECK_EQ(simcuda_registered_bytes(), base.registered);
-    CHECK_EQ(simcuda_phys_bytes(SIMCUDA_LOC_HOST) - host0, 40 * MiB);
-    CHECK_EQ(gvm_resume("w"), GVM_OK);
-    CHECK(intact(w, 40 * MiB, 12));
-    CHECK_EQ(gvm_policy_free(w), CUDA_SUCCESS);
-    CHECK_NO_LEAK(base);
+    paused_in_created_pieces(w, 12, host0, base);
 }
 
 /* A driver call failing anywhere in the pause leaves the allocation
