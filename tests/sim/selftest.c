@@ -846,6 +846,32 @@ static void test_pointers(void)
 
 /* ---- fault injection and counters ------------------------------------- */
 
+static void *count_devices(void *arg)
+{
+    int n;
+    *(CUresult *)arg = cuDeviceGetCount(&n);
+    return NULL;
+}
+
+/* A fault armed for this thread's calls skips another thread's. */
+static void test_faults_here(void)
+{
+    int n;
+    fresh();
+    simcuda_reset_counts();
+    simcuda_fail_nth_here(2, CUDA_ERROR_UNKNOWN);
+    CU_OK(cuDeviceGetCount(&n));
+    CUresult other = CUDA_ERROR_UNKNOWN;
+    pthread_t t;
+    CHECK(pthread_create(&t, NULL, count_devices, &other) == 0);
+    CHECK(pthread_join(t, NULL) == 0);
+    CHECK(other == CUDA_SUCCESS);
+    CHECK(simcuda_call_count() == 2 && simcuda_call_count_here() == 1);
+    CHECK_RC(cuDeviceGetCount(&n), CUDA_ERROR_UNKNOWN);
+    CU_OK(cuDeviceGetCount(&n));
+    CHECK(simcuda_call_count_here() == 3);
+}
+
 static void test_faults(void)
 {
     CUdeviceptr r, p = 0;
@@ -1240,7 +1266,7 @@ int main(void)
         {"vmm_rules", test_vmm_rules}, {"vmm_host", test_vmm_host},
         {"vmm_share", test_vmm_share},
         {"capacity", test_capacity}, {"copies", test_copies},
-        {"pointers", test_pointers}, {"faults", test_faults},
+        {"pointers", test_pointers}, {"faults", test_faults}, {"faults-here", test_faults_here},
         {"procaddr", test_procaddr}, {"launch", test_launch},
         {"threads", test_threads},   {"reset", test_reset},
         {"capture", test_capture},

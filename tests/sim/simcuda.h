@@ -26,6 +26,9 @@ extern "C" {
 /* The n-th next call (1-based) to any cu* entry point fails with err;
  * n = 0 cancels. */
 void simcuda_fail_nth(unsigned long n, CUresult err);
+/* Like simcuda_fail_nth, counting only the calling thread's calls: the
+ * same call fails every run, whatever other threads call meanwhile. */
+void simcuda_fail_nth_here(unsigned long n, CUresult err);
 /* The nth next call of the entry point with that ELF name ("cuMemMap",
  * "cuMemcpyHtoD_v2_ptds") fails with err; nth = 0 cancels. An unknown name
  * aborts the test, so a typo cannot pass silently. */
@@ -37,6 +40,8 @@ void simcuda_fail_calls(const char *name, unsigned long nth, unsigned long times
 /* Call counters, injected failures included. */
 unsigned long simcuda_call_count(void);
 unsigned long simcuda_calls_of(const char *name); /* 0 for unknown names */
+/* The calling thread's calls since it last reset the counts. */
+unsigned long simcuda_call_count_here(void);
 void simcuda_reset_counts(void);
 
 /* Leak accounting. */

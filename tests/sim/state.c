@@ -26,6 +26,12 @@ static CUresult sim_fail_any_err;
 static unsigned long sim_fail_fn_left[SIM_FN_COUNT];
 static CUresult sim_fail_fn_err[SIM_FN_COUNT];
 static unsigned long sim_fail_fn_more[SIM_FN_COUNT]; /* failures after the armed one */
+/* The calling thread's own count and fault: a sweep over an operation that
+ * makes pieces on worker threads fails each of its own calls once, the
+ * same ones every run, whatever the workers do meanwhile. */
+static __thread unsigned long sim_calls_here;
+static __thread unsigned long sim_fail_here_left;
+static __thread CUresult sim_fail_here_err;
 
 void sim_die(const char *what)
 {
@@ -163,11 +169,17 @@ int sim_enter(enum sim_fn fn, int mode, CUresult *rc)
     sim_config_load();
     __atomic_fetch_add(&sim_calls_total, 1, __ATOMIC_RELAXED);
     __atomic_fetch_add(&sim_calls[fn], 1, __ATOMIC_RELAXED);
+    sim_calls_here++;
+    int here = sim_fail_here_left && --sim_fail_here_left == 0;
     int any = sim_fault_fires(&sim_fail_any_left);
     int mine = sim_fault_fires(&sim_fail_fn_left[fn]);
     if (mine && __atomic_load_n(&sim_fail_fn_more[fn], __ATOMIC_RELAXED)) {
         __atomic_fetch_sub(&sim_fail_fn_more[fn], 1, __ATOMIC_RELAXED);
         __atomic_store_n(&sim_fail_fn_left[fn], 1, __ATOMIC_RELEASE); /* the next call too */
+    }
+    if (here) {
+        *rc = sim_fail_here_err;
+        return 0;
     }
     if (any || mine) {
         *rc = __atomic_load_n(any ? &sim_fail_any_err : &sim_fail_fn_err[fn],
@@ -287,6 +299,12 @@ void simcuda_fail_nth(unsigned long n, CUresult err)
     __atomic_store_n(&sim_fail_any_left, n, __ATOMIC_RELEASE);
 }
 
+void simcuda_fail_nth_here(unsigned long n, CUresult err)
+{
+    sim_fail_here_err = err;
+    sim_fail_here_left = n;
+}
+
 void simcuda_fail_call(const char *name, unsigned long nth, CUresult err)
 {
     int i = sim_fn_lookup(name);
@@ -318,8 +336,14 @@ unsigned long simcuda_calls_of(const char *name)
     return i < 0 ? 0 : __atomic_load_n(&sim_calls[i], __ATOMIC_RELAXED);
 }
 
+unsigned long simcuda_call_count_here(void)
+{
+    return sim_calls_here;
+}
+
 void simcuda_reset_counts(void)
 {
+    sim_calls_here = 0;
     __atomic_store_n(&sim_calls_total, 0, __ATOMIC_RELAXED);
     for (int i = 0; i < SIM_FN_COUNT; i++)
         __atomic_store_n(&sim_calls[i], 0, __ATOMIC_RELAXED);
@@ -328,6 +352,7 @@ void simcuda_reset_counts(void)
 static void sim_disarm_faults(void)
 {
     __atomic_store_n(&sim_fail_any_left, 0, __ATOMIC_RELAXED);
+    sim_fail_here_left = 0;
     for (int i = 0; i < SIM_FN_COUNT; i++) {
         __atomic_store_n(&sim_fail_fn_left[i], 0, __ATOMIC_RELAXED);
         __atomic_store_n(&sim_fail_fn_more[i], 0, __ATOMIC_RELAXED);
