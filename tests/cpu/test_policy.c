@@ -943,7 +943,7 @@ static void registering_stops_short_of_the_machines_memory(void)
     gvm_hostpin_set_meminfo(path);   /* 1 GiB available: not 1 GiB beside 40 MiB */
     size_t host0 = simcuda_phys_bytes(SIMCUDA_LOC_HOST);
     CHECK_EQ(gvm_pause("w", GVM_PAUSE_UNMAPPED), GVM_OK);
-    gvm_hostpin_set_meminfo("/proc/meminfo");
+    gvm_hostpin_set_meminfo(NULL);
     unlink(path);
     paused_in_created_pieces(w, 13, host0, base);
 }
