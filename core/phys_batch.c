@@ -182,7 +182,9 @@ CUresult gvm_phys_batch_wait(struct gvm_phys_batch *b, int k)
     if (b->started < 0) create_worker(b);   /* no thread of its own: all of it, now */
     pthread_mutex_lock(&b->lock);
     while (!b->settled[k] && b->rc == CUDA_SUCCESS) pthread_cond_wait(&b->cond, &b->lock);
-    CUresult rc = b->out[k] ? CUDA_SUCCESS : b->rc != CUDA_SUCCESS ? b->rc : CUDA_ERROR_UNKNOWN;
+    /* Woken by another piece's failure, piece k may still be in the
+     * making: its slot is the worker's until it is settled. */
+    CUresult rc = b->settled[k] && b->out[k] ? CUDA_SUCCESS : b->rc != CUDA_SUCCESS ? b->rc : CUDA_ERROR_UNKNOWN;
     pthread_mutex_unlock(&b->lock);
     return rc;
 }
