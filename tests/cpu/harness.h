@@ -1,7 +1,9 @@
 /* A tiny test harness: each case runs in its own forked process, so the
  * core's global state and the simulated driver start fresh every time and a
  * crash fails one case, not the suite. `prog CASE` runs one case in-process
- * (for a debugger). The run ends with "N passed, N failed". */
+ * (for a debugger); `prog --shard K/N` runs every N-th case from the K-th
+ * (1-based), so a long suite can run as N tests side by side. The run ends
+ * with "N passed, N failed". */
 #ifndef GVM_TEST_HARNESS_H
 #define GVM_TEST_HARNESS_H
 
@@ -20,8 +22,28 @@ struct test_case {
 
 #define TEST_ENTRY(name) {#name, name},
 
+/* "--shard K/N": *k (0-based) and *of; false, with a message, when it is
+ * malformed. */
+static inline int parse_shard(const char *arg, size_t *k, size_t *of)
+{
+    unsigned long kk = 0, nn = 0;
+    char tail = 0;
+    if (sscanf(arg, "%lu/%lu%c", &kk, &nn, &tail) != 2 || nn == 0 || kk == 0 || kk > nn) {
+        fprintf(stderr, "--shard wants K/N with 1 <= K <= N, not '%s'\n", arg);
+        return 0;
+    }
+    *k = kk - 1;
+    *of = nn;
+    return 1;
+}
+
 static inline int run_cases(const struct test_case *cases, size_t n, int argc, char **argv)
 {
+    size_t shard = 0, shards = 1;
+    if (argc > 2 && !strcmp(argv[1], "--shard")) {
+        if (!parse_shard(argv[2], &shard, &shards)) return 2;
+        argc = 1;
+    }
     if (argc > 1) {
         for (size_t i = 0; i < n; i++)
             if (!strcmp(cases[i].name, argv[1])) {
@@ -33,7 +55,7 @@ static inline int run_cases(const struct test_case *cases, size_t n, int argc, c
         return 2;
     }
     int passed = 0, failed = 0;
-    for (size_t i = 0; i < n; i++) {
+    for (size_t i = shard; i < n; i += shards) {
         fflush(stdout);
         fflush(stderr);
         pid_t pid = fork();
