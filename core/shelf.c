@@ -238,15 +238,12 @@ static CUresult copy_back(struct gvm_phys *p, struct gvm_phys *h, int dev)
     CUstream s = NULL;
     CUresult rc = gvm_topo_push(dev);
     if (rc != CUDA_SUCCESS) return rc;
-    if (gvm_topo_stream(dev, GVM_INTO, &s) != CUDA_SUCCESS)
-        rc = h->host ? DRV(cuMemcpyHtoD_v2, p->staging, h->host, h->size)
-                     : DRV(cuMemcpyDtoD_v2, p->staging, h->staging, h->size);
-    else if ((rc = copy_from_piece(p->staging, h, s)) == CUDA_SUCCESS)
-        rc = DRV(cuStreamSynchronize, s);
-    else
-        DRV(cuStreamSynchronize, s);   /* what was queued before, ahead of the piece's reuse */
+    (void)gvm_topo_stream(dev, GVM_INTO, &s);   /* s stays NULL when refused */
+    rc = copy_from_piece(p->staging, h, s);
+    /* Also after a failed copy: what was queued before, ahead of the piece's reuse. */
+    CUresult done = DRV(cuStreamSynchronize, s);
     gvm_topo_pop();
-    return rc;
+    return rc != CUDA_SUCCESS ? rc : done;
 }
 
 /* A registered piece has no handle to map at a region's addresses: *h is
