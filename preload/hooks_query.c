@@ -146,15 +146,6 @@ static void store(void *data, CUpointer_attribute a, unsigned long long v)
 
 enum answer { ANSWERED, NO_VALUE, ASK_DRIVER };
 
-/* The current context's device is the one the allocation was made on, or
- * there is no current context (the driver then answers as for its owner). */
-static bool on_own_device(const struct gvm_ref *ref)
-{
-    CUdevice d;
-    return !context_current() ||
-           (GVM_REAL(cuCtxGetDevice)(&d) == CUDA_SUCCESS && d == ref->region->device);
-}
-
 static size_t round_gran(size_t n) { return (n + gvm_topo.gran - 1) / gvm_topo.gran * gvm_topo.gran; }
 
 /* What cuMemAlloc memory answers for attr (the native answers below were
@@ -203,10 +194,10 @@ static enum answer native_value(const struct gvm_ref *ref, CUpointer_attribute a
     /* Device memory syncs its memory operations; host-resident pieces
      * would answer 0 at the real address. */
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *v = 1; return ANSWERED;
-    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS:
-        if (!on_own_device(ref)) return ASK_DRIVER;
-        *v = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
-        return ANSWERED;
+    /* cuMemAlloc memory reads as read-write from every device's context,
+     * peer access enabled or not (two H100s on NVLink, driver 580); the
+     * driver's answer for gvmshim's pieces would follow its lazy grants. */
+    case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: *v = CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE; return ANSWERED;
     default: return ASK_DRIVER;   /* P2P_TOKENS, newer ones */
     }
 }

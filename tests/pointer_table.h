@@ -99,16 +99,13 @@ static const struct pt_attr pt_attrs[] = {
 #define PT_NATTRS (sizeof pt_attrs / sizeof pt_attrs[0])
 
 /* Answers that differ for a documented reason, reported but not failed
- * (case prefix, attribute): gvmshim's VMM memory has no nv-p2p tokens;
- * every device that reaches the memory has access to it, where natively a
- * peer device gets access only once the program enables peer access; the
+ * (case prefix, attribute): gvmshim's VMM memory has no nv-p2p tokens; the
  * MAPPING_* attributes name the driver's own block of cuMemAlloc memory
  * (on an H100, driver 580: the 2 MiB block holding a small allocation,
  * the allocation rounded to 2 MiB for a large one), which gvmshim follows
  * (its chunk, its rounded allocation) but whose placement it cannot copy. */
 static const char *const pt_known_differences[][2] = {
     {"", "P2P_TOKENS"},
-    {"peer-context.", "ACCESS_FLAGS"},
     {"", "MAPPING_BASE_ADDR"},
     {"", "MAPPING_SIZE"},
 };

@@ -159,7 +159,9 @@ static unsigned long long sim_access_flags(const struct sim_ptr_info *pi)
     struct CUctx_st *c = sim_ctx_current();
     /* Without a current context the owner's access is reported (H100). */
     unsigned bit = c ? 1u << c->dev : (unsigned)pi->rwmask;
-    if (pi->rwmask & bit)
+    /* cuMemAlloc memory reads as read-write from every device's context,
+     * peer access enabled or not (two H100s on NVLink, driver 580). */
+    if (pi->native || (pi->rwmask & bit))
         return CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READWRITE;
     return (pi->mask & bit) ? CU_POINTER_ATTRIBUTE_ACCESS_FLAG_READ
                             : CU_POINTER_ATTRIBUTE_ACCESS_FLAG_NONE;
