@@ -242,16 +242,20 @@ def measure_links(torch, peer):
     pinned = torch.empty(n, dtype=torch.uint8, pin_memory=True)
     d = torch.empty(n, dtype=torch.uint8, device=dev)
 
+    # The best of 8: the bound is the least time the step could take, so it
+    # uses the fastest the link was seen to run. A median let one slow
+    # stretch of the host (H2D read 34.7 GB/s once on a host that gives 54)
+    # lower the link and flatter every ratio of the table.
     def bw(fn):
         fn()
         torch.cuda.synchronize()
         v = []
-        for _ in range(5):
+        for _ in range(8):
             t0 = time.time()
             fn()
             torch.cuda.synchronize()
             v.append(n / (time.time() - t0) / 1e9)
-        return sorted(v)[2]
+        return max(v)
 
     out["h2d_gbps"] = bw(lambda: d.copy_(pinned, non_blocking=True))
     out["d2h_gbps"] = bw(lambda: pinned.copy_(d, non_blocking=True))
