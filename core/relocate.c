@@ -146,6 +146,9 @@ static CUresult resume(struct gvm_region *r, unsigned how)
                                                  : move_to(r, dev, how);
     if (rc == CUDA_SUCCESS) {
         GVM_STORE(r->flags, r->flags & ~(unsigned)(GVM_RF_PAUSED | GVM_RF_DISCARDED));
+        /* Spilled before the pause, back home now: resident again, so a
+         * victim again when its device runs out of room. */
+        if (dev == GVM_LOAD(r->home)) GVM_STORE(r->spilled_at, 0);
         gvm_stat_inc(resumes);
     }
     return rc;

@@ -14,6 +14,7 @@
 #include "core/relocate.h"
 #include "core/topo.h"
 #include "policy/policy.h"
+#include "policy/spill.h"
 #include "policy/tags.h"
 
 #include <stdlib.h>
@@ -53,6 +54,22 @@ static void keep_room(const struct list *l)
     gvm_phys_raise_limit(GVM_LOC_HOST, bytes);
 }
 
+/* A resume whose device is at its limit, spill on: as for an allocation,
+ * what the device holds leaves for it, least recently used first (the
+ * memory resumed before it too: the tag comes back with its overflow
+ * spilled, as it was before the pause, where failing would leave it half
+ * paused). The promoter brings what left back when room returns. */
+static CUresult resume_with_room(struct gvm_region *r, unsigned how)
+{
+    const struct gvm_config *cfg = gvm_policy_cfg();
+    int dev = r->paused_loc >= 0 ? r->paused_loc : r->device;
+    if (!cfg || cfg->spill.n == 0 || !gvm_policy_limited(dev)) return CUDA_ERROR_OUT_OF_MEMORY;
+    size_t need = gvm_policy_charge(GVM_LOAD(r->size)), limit = gvm_policy_limit(dev), moved;
+    if (need > limit || gvm_spill_down_to(dev, limit - need, &moved) != CUDA_SUCCESS)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    return gvm_relocate(r, GVM_LOC_NONE, how);
+}
+
 static gvm_status run(const char *tag, bool resume, int flags)
 {
     if (!gvm_core_active()) return GVM_ERR_INACTIVE;
@@ -75,6 +92,7 @@ static gvm_status run(const char *tag, bool resume, int flags)
     bool pinned = false;
     for (size_t i = 0; i < l.n && rc == CUDA_SUCCESS; i++) {
         rc = gvm_relocate(l.r[i], loc, how);
+        if (resume && rc == CUDA_ERROR_OUT_OF_MEMORY) rc = resume_with_room(l.r[i], how);
         /* Refused: freed, paused or resumed meanwhile, or pinned (e.g.
          * mapped by another process, core/share.h), which stays in place. */
         if (rc == CUDA_ERROR_NOT_PERMITTED && !resume) pinned = true;

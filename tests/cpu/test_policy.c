@@ -1078,6 +1078,75 @@ static void pause_unmapped_failure_at_every_call(void)
     CHECK(intact(w, n, 4));
 }
 
+/* A tag paused while the device runs other work, resumed at the limit with
+ * spill on: the resume makes room as an allocation would (least recently
+ * used leave), every byte comes back, and the device stays within its
+ * limit. Memory spilled before the pause and resumed onto its device is
+ * resident again, a victim like any other. */
+static void resume_at_the_limit_spills_the_overflow(void)
+{
+    const char *kv[] = {"device_limit", "0:64M", "spill", "host", "promote_interval", "3600s", NULL};
+    const int kinds[] = {GVM_PAUSE_KEEP, GVM_PAUSE_UNMAPPED};
+    start_policy(kv);
+    CHECK_EQ(gvm_tag_push("w"), GVM_OK);
+    uintptr_t w[4];
+    for (int i = 0; i < 4; i++) {
+        w[i] = palloc(24 * MiB);
+        fill(w[i], 24 * MiB, 20 + (uint32_t)i);
+    }
+    CHECK_EQ(gvm_tag_pop(), GVM_OK);
+    CHECK_EQ(where(w[0]), GVM_HOST);   /* spilled before any pause */
+    for (int k = 0; k < 2; k++) {
+        CHECK_EQ(gvm_pause("w", kinds[k]), GVM_OK);
+        CHECK_EQ(simcuda_phys_bytes(0), 0);
+        CHECK_EQ(gvm_resume("w"), GVM_OK);
+        int home = 0;
+        for (int i = 0; i < 4; i++) {
+            gvm_info info;
+            CHECK_EQ(gvm_query((void *)w[i], &info), GVM_OK);
+            CHECK(!info.paused);
+            home += info.location == 0;
+            CHECK(intact(w[i], 24 * MiB, 20 + (uint32_t)i));
+        }
+        CHECK_EQ(home, 2);
+        CHECK(gvm_policy_usage(0) <= 64 * MiB);
+        CHECK(simcuda_phys_bytes(0) <= 64 * MiB);
+    }
+    for (int i = 0; i < 4; i++)
+        if (where(w[i]) == 0) CHECK_EQ(GVM_LOAD(gvm_heap_region(w[i])->spilled_at), 0u);
+    /* A new allocation evicts one of the resumed ones rather than going to host. */
+    uintptr_t x = palloc(24 * MiB);
+    CHECK_EQ(where(x), 0);
+    CHECK(gvm_policy_usage(0) <= 64 * MiB);
+}
+
+/* Without spill a resume that finds no room fails as an allocation would:
+ * GVM_ERR_NO_MEMORY, what did not fit still paused with its contents, and
+ * a retry once room returns brings it back. */
+static void resume_without_room_keeps_the_rest_paused(void)
+{
+    const char *kv[] = {"device_limit", "0:64M", NULL};
+    start_policy(kv);
+    CHECK_EQ(gvm_tag_push("w"), GVM_OK);
+    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
+    CHECK_EQ(gvm_tag_pop(), GVM_OK);
+    fill(a, 24 * MiB, 30);
+    fill(b, 24 * MiB, 31);
+    CHECK_EQ(gvm_pause("w", GVM_PAUSE_KEEP), GVM_OK);
+    uintptr_t other = palloc(32 * MiB);
+    CHECK_EQ(gvm_resume("w"), GVM_ERR_NO_MEMORY);
+    gvm_info ia, ib;
+    CHECK_EQ(gvm_query((void *)a, &ia), GVM_OK);
+    CHECK_EQ(gvm_query((void *)b, &ib), GVM_OK);
+    CHECK_EQ(!ia.paused + !ib.paused, 1);
+    CHECK(intact(a, 24 * MiB, 30) && intact(b, 24 * MiB, 31));
+    CHECK(gvm_policy_usage(0) <= 64 * MiB);
+    CHECK_EQ(gvm_policy_free(other), CUDA_SUCCESS);
+    CHECK_EQ(gvm_resume("w"), GVM_OK);
+    CHECK(where(a) == 0 && where(b) == 0);
+    CHECK(intact(a, 24 * MiB, 30) && intact(b, 24 * MiB, 31));
+}
+
 static void threshold_rule_places_large_allocations_in_host_memory(void)
 {
     gvm_config_defaults(&cfg);
@@ -2481,6 +2550,8 @@ static const struct test_case cases[] = {
     TEST_ENTRY(a_refused_registration_falls_back_to_created_pieces)
     TEST_ENTRY(registering_stops_short_of_the_machines_memory)
     TEST_ENTRY(pause_unmapped_failure_at_every_call)
+    TEST_ENTRY(resume_at_the_limit_spills_the_overflow)
+    TEST_ENTRY(resume_without_room_keeps_the_rest_paused)
     TEST_ENTRY(threshold_rule_places_large_allocations_in_host_memory)
     TEST_ENTRY(failure_while_spilling_keeps_data)
     TEST_ENTRY(the_limit_holds_at_1_25x)
