@@ -89,7 +89,7 @@ static void release_range(struct gvm_region *a)
         gvm_warn("leaking the alias range at %#lx: a mapping in it could not be removed",
                  (unsigned long)a->base);
     else
-        DRV(cuMemAddressFree, (CUdeviceptr)a->base, a->reserved);
+        gvm_phys_free_range((CUdeviceptr)a->base, a->reserved);
 }
 
 /* r, locked, with lazily spilled memory mapped where it is (core/shelf.h):

@@ -94,7 +94,7 @@ unmap:
         return rc;
     }
 free_va:
-    DRV(cuMemAddressFree, va, p->size);
+    gvm_phys_free_range(va, p->size);
     return rc;
 }
 
@@ -113,7 +113,7 @@ void gvm_phys_unstage(struct gvm_phys *p)
 {
     /* An unmap that fails keeps the mapping recorded: destroy tries again. */
     if (!p->staging || p->host || gvm_phys_unmap(p->staging, p->size) != CUDA_SUCCESS) return;
-    DRV(cuMemAddressFree, p->staging, p->size);
+    gvm_phys_free_range(p->staging, p->size);
     p->staging = 0;
     p->staged_for = 0;
 }
@@ -123,6 +123,14 @@ CUresult gvm_phys_unmap(CUdeviceptr va, size_t size)
     CUresult rc = DRV(cuMemUnmap, va, size);
     if (rc != CUDA_SUCCESS) rc = DRV(cuMemUnmap, va, size);
     if (rc != CUDA_SUCCESS) gvm_warn("cuMemUnmap failed (%d) at %#lx", rc, (unsigned long)va);
+    return rc;
+}
+
+CUresult gvm_phys_free_range(CUdeviceptr va, size_t size)
+{
+    CUresult rc = DRV(cuMemAddressFree, va, size);
+    if (rc != CUDA_SUCCESS) rc = DRV(cuMemAddressFree, va, size);
+    if (rc != CUDA_SUCCESS) gvm_warn("cuMemAddressFree failed (%d) at %#lx", rc, (unsigned long)va);
     return rc;
 }
 
@@ -146,7 +154,7 @@ void gvm_phys_destroy(struct gvm_phys *p)
         leak(p);
         return;
     }
-    if (p->staging) DRV(cuMemAddressFree, p->staging, p->size);
+    if (p->staging) gvm_phys_free_range(p->staging, p->size);
     CUresult rc = DRV(cuMemRelease, p->handle);
     if (rc != CUDA_SUCCESS) rc = DRV(cuMemRelease, p->handle);   /* a passing fault */
     if (rc == CUDA_SUCCESS)

@@ -58,6 +58,11 @@ void gvm_phys_destroy(struct gvm_phys *p);
  * memory behind it back (mark the piece stuck). */
 CUresult gvm_phys_unmap(CUdeviceptr va, size_t size);
 
+/* Frees an address range nothing is mapped in, trying twice (as unmap
+ * and release do: a passing fault must not leave the range reserved for
+ * the life of the process); warns when both fail. */
+CUresult gvm_phys_free_range(CUdeviceptr va, size_t size);
+
 /* A handle of exactly `size` at loc: from the pool, else created. With
  * staging, it also comes mapped at a staging address. */
 CUresult gvm_phys_get(int loc, size_t size, bool staging, struct gvm_phys **out);

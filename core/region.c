@@ -622,8 +622,7 @@ void gvm_region_destroy(struct gvm_region *r)
                  (unsigned long)r->base);
         return;
     }
-    CUresult rc = DRV(cuMemAddressFree, (CUdeviceptr)r->base, r->reserved);
-    if (rc != CUDA_SUCCESS) gvm_warn("cuMemAddressFree failed (%d) at %#lx", rc, (unsigned long)r->base);
+    gvm_phys_free_range((CUdeviceptr)r->base, r->reserved);
 }
 
 CUresult gvm_region_mirror(struct gvm_region *alias, struct gvm_region *target)

@@ -1147,6 +1147,51 @@ static void resume_without_room_keeps_the_rest_paused(void)
     CHECK(intact(a, 24 * MiB, 30) && intact(b, 24 * MiB, 31));
 }
 
+/* Every driver call of a resume that must evict fails once in turn: the
+ * resume reports it, nothing is lost or leaked, and the next resume brings
+ * the rest back. */
+static void resume_at_the_limit_failure_at_every_call(void)
+{
+    const char *kv[] = {"device_limit", "0:64M", "spill", "host", "promote_interval", "3600s", NULL};
+    start_policy(kv);
+    CHECK_EQ(gvm_tag_push("w"), GVM_OK);
+    uintptr_t w[3];
+    for (int i = 0; i < 3; i++) {
+        w[i] = palloc(24 * MiB);
+        fill(w[i], 24 * MiB, 40 + (uint32_t)i);
+    }
+    CHECK_EQ(gvm_tag_pop(), GVM_OK);
+    CHECK_EQ(gvm_pause("w", GVM_PAUSE_KEEP), GVM_OK);
+    simcuda_reset_counts();
+    CHECK_EQ(gvm_resume("w"), GVM_OK);
+    unsigned long calls = simcuda_call_count_here();
+    CHECK(calls > 10);
+    int failed = 0;
+    CHECK_EQ(gvm_pause("w", GVM_PAUSE_KEEP), GVM_OK);
+    for (unsigned long k = 1; k <= calls; k++) {
+        struct leaks base = leaks_now();
+        simcuda_fail_nth_here(k, CUDA_ERROR_ILLEGAL_STATE);
+        gvm_status st = gvm_resume("w");
+        simcuda_fail_nth_here(0, CUDA_SUCCESS);
+        for (int i = 0; i < 3; i++) CHECK(intact(w[i], 24 * MiB, 40 + (uint32_t)i));
+        CHECK(gvm_policy_usage(0) <= 64 * MiB);
+        if (st != GVM_OK) {
+            failed++;
+            CHECK(st == GVM_ERR_DRIVER || st == GVM_ERR_NO_MEMORY);
+            CHECK_EQ(gvm_resume("w"), GVM_OK);
+        }
+        for (int i = 0; i < 3; i++) {
+            gvm_info info;
+            CHECK_EQ(gvm_query((void *)w[i], &info), GVM_OK);
+            CHECK(!info.paused);
+            CHECK(intact(w[i], 24 * MiB, 40 + (uint32_t)i));
+        }
+        CHECK_EQ(gvm_pause("w", GVM_PAUSE_KEEP), GVM_OK);
+        CHECK_NO_LEAK(base);
+    }
+    CHECK(failed > 0);
+}
+
 static void threshold_rule_places_large_allocations_in_host_memory(void)
 {
     gvm_config_defaults(&cfg);
@@ -2552,6 +2597,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(pause_unmapped_failure_at_every_call)
     TEST_ENTRY(resume_at_the_limit_spills_the_overflow)
     TEST_ENTRY(resume_without_room_keeps_the_rest_paused)
+    TEST_ENTRY(resume_at_the_limit_failure_at_every_call)
     TEST_ENTRY(threshold_rule_places_large_allocations_in_host_memory)
     TEST_ENTRY(failure_while_spilling_keeps_data)
     TEST_ENTRY(the_limit_holds_at_1_25x)
