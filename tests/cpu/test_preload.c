@@ -963,6 +963,57 @@ static void lazy_spills_are_mapped_for_what_reaches_them(void)
     CHECK_EQ(run_self_envs("lazy", envs, NULL, 0), 0);
 }
 
+/* A program that uses device 0 alone: allocations, copies, spills past the
+ * limit, a pause and a resume of each kind. None of it may retain device
+ * 1's context (nvidia-smi would list the process on GPU 1, holding the
+ * context's memory there, where the native program never appears). */
+static int one_device_workload(void)
+{
+    start();
+    gvm_status (*tag_push)(const char *) = dlsym(RTLD_DEFAULT, "gvm_tag_push");
+    gvm_status (*tag_pop)(void) = dlsym(RTLD_DEFAULT, "gvm_tag_pop");
+    gvm_status (*pause_tag)(const char *, int) = dlsym(RTLD_DEFAULT, "gvm_pause");
+    gvm_status (*resume)(const char *) = dlsym(RTLD_DEFAULT, "gvm_resume");
+    CHECK(tag_push && tag_pop && pause_tag && resume);
+    CUdeviceptr p[4];
+    CHECK_EQ(tag_push("one"), GVM_OK);
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ(D(cuMemAlloc_v2, &p[i], 24 * MiB), CUDA_SUCCESS);   /* past 64M with a limit */
+        CHECK_EQ(D(cuMemsetD32_v2, p[i], 0x5a5a0000u + (unsigned)i, 6 * MiB), CUDA_SUCCESS);
+    }
+    CHECK_EQ(tag_pop(), GVM_OK);
+    const int kinds[] = {GVM_PAUSE_KEEP, GVM_PAUSE_UNMAPPED};
+    for (int k = 0; k < 2; k++) {
+        CHECK_EQ(pause_tag("one", kinds[k]), GVM_OK);
+        CHECK_EQ(resume("one"), GVM_OK);
+    }
+    for (int i = 0; i < 4; i++) {
+        unsigned w = 0;
+        CHECK_EQ(D(cuMemcpyDtoH_v2, &w, p[i] + 24 * MiB - 4, 4), CUDA_SUCCESS);
+        CHECK_EQ(w, 0x5a5a0000u + (unsigned)i);
+    }
+    CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
+    for (int i = 0; i < 4; i++) CHECK_EQ(D(cuMemFree_v2, p[i]), CUDA_SUCCESS);
+    usleep(50 * 1000);   /* the background threads' first rounds */
+    CUresult (*state)(CUdevice, unsigned *, int *) =
+        (CUresult(*)(CUdevice, unsigned *, int *))sim_fn("cuDevicePrimaryCtxGetState");
+    unsigned flags = 0;
+    int active = -1;
+    CHECK_EQ(state(1, &flags, &active), CUDA_SUCCESS);
+    CHECK_EQ(active, 0);
+    return 0;
+}
+
+static void one_device_programs_leave_other_devices_alone(void)
+{
+    const char *plain[] = {NULL};
+    const char *spill[] = {"GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", NULL};
+    const char *lazy[] = {"GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", "GVM_SPILL_HOST_MAP=lazy", NULL};
+    const char *pooled[] = {"GVM_POOL_LIMIT=64M", "GVM_HOST_POOL=64M", "GVM_STATS=1", NULL};
+    const char *const *runs[] = {plain, spill, lazy, pooled};
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) CHECK_EQ(run_self_envs("one-device", runs[i], NULL, 0), 0);
+}
+
 static void stats_json_is_written_at_exit(void)
 {
     char path[64], env[96];
@@ -1305,6 +1356,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(first_allocations_from_many_threads)
     TEST_ENTRY(launches_are_scanned_when_spilling)
     TEST_ENTRY(lazy_spills_are_mapped_for_what_reaches_them)
+    TEST_ENTRY(one_device_programs_leave_other_devices_alone)
     TEST_ENTRY(programs_own_device_memory_counts_under_the_limit)
     TEST_ENTRY(stream_ordered_memory_counts_and_spills)
     TEST_ENTRY(stats_json_is_written_at_exit)
@@ -1327,6 +1379,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "untracked")) exit(untracked_workload());
         if (!strcmp(argv[2], "struct-scan")) exit(struct_scan_workload());
         if (!strcmp(argv[2], "lazy")) exit(lazy_workload());
+        if (!strcmp(argv[2], "one-device")) exit(one_device_workload());
         if (!strcmp(argv[2], "host-copies")) exit(host_side_copies_workload());
         if (!strcmp(argv[2], "late-handler")) exit(late_handler_workload());
         if (!strcmp(argv[2], "fork")) exit(fork_workload());
