@@ -196,6 +196,44 @@ def child_pause(args):
     return res
 
 
+def child_resume_at_limit(args):
+    """A tagged model paused, a buffer filling the limit made meanwhile, then
+    the model resumed (GVM_DEVICE_LIMIT and GVM_SPILL set by the parent):
+    the resume must make room as an allocation would."""
+    torch = torch_or_skip()
+    import torch.nn as nn
+    import gvmshim
+
+    if not hasattr(torch.cuda, "MemPool") or not hasattr(torch.cuda, "use_mem_pool"):
+        gt.child_skip("this torch (%s) has no torch.cuda.MemPool/use_mem_pool" % torch.__version__)
+    need_free(torch, 4 * GiB)
+    dev = torch.device("cuda", 0)
+    torch.manual_seed(5)
+    x = torch.randn(64, 8192, device=dev)
+    pool = torch.cuda.MemPool()
+    with gvmshim.tag("model"), torch.cuda.use_mem_pool(pool):
+        model = nn.Sequential(*[nn.Linear(8192, 8192, device=dev) for _ in range(4)])   # 1 GiB
+    with torch.no_grad():
+        y0 = model(x).clone()
+    torch.cuda.synchronize()
+    gvmshim.pause("model")
+    filler = torch.full((args["filler_mib"] * MiB // 4,), 7.0, device=dev)
+    filler.add_(1)
+    torch.cuda.synchronize()
+    res = {"resume_error": None}
+    try:
+        gvmshim.resume("model")
+    except gvmshim.GvmError as e:
+        res["resume_error"] = str(e)
+    if res["resume_error"] is None:
+        with torch.no_grad():
+            y1 = model(x)
+        res["model_equal"] = bool(torch.equal(y0, y1))
+    res["filler_ok"] = bool((filler == 8.0).all().item())
+    torch.cuda.synchronize()
+    return res
+
+
 def child_cached(args):
     """A kept and used, B allocated then freed (its segment stays cached by
     PyTorch), A used again, then C that needs B's room."""
@@ -255,7 +293,7 @@ def child_two_streams(args):
     return {"sums": sums}
 
 
-HANDLERS = {"spill_train": child_spill_train, "two_streams": child_two_streams, "threshold": child_threshold, "pause": child_pause,
+HANDLERS = {"spill_train": child_spill_train, "two_streams": child_two_streams, "threshold": child_threshold, "pause": child_pause, "resume_at_limit": child_resume_at_limit,
             "cached": child_cached}
 
 # ---- the parent ----------------------------------------------------------------
@@ -367,6 +405,22 @@ def case_pause_resume():
     gt.expect(st["pauses"] > 0 and st["resumes"] > 0, "stats: pauses %d resumes %d" % (st["pauses"], st["resumes"]))
 
 
+def case_resume_at_limit():
+    env = {"GVM_DEVICE_LIMIT": "0:" + LIMIT, "GVM_SPILL": "host"}
+    got = gt.run_child(__file__, "resume_at_limit", {"filler_mib": 1536}, shim=True, env=env,
+                       label="resume at the limit (shim)")
+    r, st = got.result, got.stats
+    print("  resume: %s; model equal %s, filler intact %s; spills %d, resumes %d, held_peak %s"
+          % (r["resume_error"] or "ok", r.get("model_equal"), r["filler_ok"], st["spills"], st["resumes"],
+             st.get("held_peak")))
+    gt.expect(r["resume_error"] is None, "gvm_resume failed at the limit with spill on: %s" % r["resume_error"])
+    gt.expect(r.get("model_equal"), "the model's outputs after the resume differ")
+    gt.expect(r["filler_ok"], "the buffer made while the model was paused lost its contents")
+    gt.expect(st["spills"] >= 1, "nothing spilled, yet the model and the buffer exceed the limit")
+    gt.expect(int(st["held_peak"]["0"]) <= LIMIT_BYTES, "gvmshim held %s bytes on GPU 0, limit %d"
+              % (st["held_peak"]["0"], LIMIT_BYTES))
+
+
 def case_cached_first():
     env = {"GVM_DEVICE_LIMIT": LIMIT, "GVM_SPILL": "host", "PYTORCH_NO_CUDA_MEMORY_CACHING": None}
     over = gt.run_child(__file__, "cached", {"a": 800, "b": 600, "c": 1000}, shim=True, env=env,
@@ -404,6 +458,7 @@ def main():
     return gt.suite_main("torch-policy", "torch", HANDLERS,
                          [("spill_host", case_spill_host), ("spill_peer", case_spill_peer),
                           ("threshold_rule", case_threshold_rule), ("pause_resume", case_pause_resume),
+                          ("resume_at_limit", case_resume_at_limit),
                           ("cached_first", case_cached_first), ("lazy_two_streams", case_lazy_two_streams)])
 
 
