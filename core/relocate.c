@@ -112,7 +112,7 @@ static CUresult pause(struct gvm_region *r, int loc, unsigned how)
     }
     if (rc == CUDA_SUCCESS || released) {
         GVM_STORE(r->flags, r->flags | GVM_RF_PAUSED);
-        r->paused_loc = where >= 0 ? where : r->home;
+        GVM_STORE(r->paused_loc, where >= 0 ? where : r->home);
         gvm_stat_inc(pauses);
     }
     return rc;

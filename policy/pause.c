@@ -62,7 +62,7 @@ static void keep_room(const struct list *l)
 static CUresult resume_with_room(struct gvm_region *r, unsigned how)
 {
     const struct gvm_config *cfg = gvm_policy_cfg();
-    int dev = r->paused_loc >= 0 ? r->paused_loc : r->device;
+    int paused_at = GVM_LOAD(r->paused_loc), dev = paused_at >= 0 ? paused_at : GVM_LOAD(r->device);
     if (!cfg || cfg->spill.n == 0 || !gvm_policy_limited(dev)) return CUDA_ERROR_OUT_OF_MEMORY;
     size_t need = gvm_policy_charge(GVM_LOAD(r->size)), limit = gvm_policy_limit(dev), moved;
     if (need > limit || gvm_spill_down_to(dev, limit - need, &moved) != CUDA_SUCCESS)
