@@ -969,7 +969,22 @@ static void lazy_spills_are_mapped_for_what_reaches_them(void)
  * context's memory there, where the native program never appears). */
 static int one_device_workload(void)
 {
-    start();
+    /* ONE_DEVICE=1: the program sets device 1 current, as a rank of a job
+     * started without CUDA_VISIBLE_DEVICES does; device 0 must stay untouched. */
+    const char *which = getenv("ONE_DEVICE");
+    int dev = which && !strcmp(which, "1") ? 1 : 0;
+    if (dev == 0) {
+        start();
+    } else {
+        open_driver();
+        RES(cuInit, "cuInit", 2000, 0);
+        RES(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0);
+        RES(cuCtxSetCurrent, "cuCtxSetCurrent", 4000, 0);
+        CUcontext c1;
+        CHECK_EQ(cuInit_p(0), CUDA_SUCCESS);
+        CHECK_EQ(cuDevicePrimaryCtxRetain_p(&c1, 1), CUDA_SUCCESS);
+        CHECK_EQ(cuCtxSetCurrent_p(c1), CUDA_SUCCESS);
+    }
     gvm_status (*tag_push)(const char *) = dlsym(RTLD_DEFAULT, "gvm_tag_push");
     gvm_status (*tag_pop)(void) = dlsym(RTLD_DEFAULT, "gvm_tag_pop");
     gvm_status (*pause_tag)(const char *, int) = dlsym(RTLD_DEFAULT, "gvm_pause");
@@ -999,18 +1014,23 @@ static int one_device_workload(void)
         (CUresult(*)(CUdevice, unsigned *, int *))sim_fn("cuDevicePrimaryCtxGetState");
     unsigned flags = 0;
     int active = -1;
-    CHECK_EQ(state(1, &flags, &active), CUDA_SUCCESS);
+    CHECK_EQ(state(1 - dev, &flags, &active), CUDA_SUCCESS);
     CHECK_EQ(active, 0);
     return 0;
 }
 
+/* Plain, spilling (eagerly and lazily), with pools; on device 0, and on
+ * device 1 alone (a rank that set its device). */
 static void one_device_programs_leave_other_devices_alone(void)
 {
     const char *plain[] = {NULL};
     const char *spill[] = {"GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", NULL};
     const char *lazy[] = {"GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", "GVM_SPILL_HOST_MAP=lazy", NULL};
     const char *pooled[] = {"GVM_POOL_LIMIT=64M", "GVM_HOST_POOL=64M", "GVM_STATS=1", NULL};
-    const char *const *runs[] = {plain, spill, lazy, pooled};
+    const char *second[] = {"ONE_DEVICE=1", "GVM_DEVICE_LIMIT=1:64M", "GVM_SPILL=host", NULL};
+    const char *second_lazy[] = {"ONE_DEVICE=1", "GVM_DEVICE_LIMIT=1:64M", "GVM_SPILL=host",
+                                 "GVM_SPILL_HOST_MAP=lazy", "GVM_POOL_LIMIT=64M", NULL};
+    const char *const *runs[] = {plain, spill, lazy, pooled, second, second_lazy};
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) CHECK_EQ(run_self_envs("one-device", runs[i], NULL, 0), 0);
 }
 
