@@ -146,20 +146,32 @@ def child_threshold(args):
     }
 
 
-def child_pause(args):
-    torch = torch_or_skip()
+def tagged_model(torch, width, relu, free_needed, seed):
+    """Four Linear(width, width) layers allocated under gvmshim's tag "model"
+    from their own torch.cuda.MemPool (so their segments hold nothing else),
+    and an input for them: (model, x)."""
     import torch.nn as nn
     import gvmshim
 
     if not hasattr(torch.cuda, "MemPool") or not hasattr(torch.cuda, "use_mem_pool"):
         gt.child_skip("this torch (%s) has no torch.cuda.MemPool/use_mem_pool" % torch.__version__)
-    need_free(torch, 2 * GiB)
+    need_free(torch, free_needed)
     dev = torch.device("cuda", 0)
-    torch.manual_seed(3)
-    x = torch.randn(64, 4096, device=dev)
+    torch.manual_seed(seed)
+    x = torch.randn(64, width, device=dev)
     pool = torch.cuda.MemPool()
     with gvmshim.tag("model"), torch.cuda.use_mem_pool(pool):
-        model = nn.Sequential(*[m for _ in range(4) for m in (nn.Linear(4096, 4096, device=dev), nn.ReLU())])
+        layers = [nn.Linear(width, width, device=dev) for _ in range(4)]
+        model = nn.Sequential(*[m for lin in layers for m in ((lin, nn.ReLU()) if relu else (lin,))])
+    model._gvm_pool = pool   # the pool lives as long as the model
+    return model, x
+
+
+def child_pause(args):
+    torch = torch_or_skip()
+    import gvmshim
+
+    model, x = tagged_model(torch, 4096, True, 2 * GiB, 3)
     params = list(model.parameters())
     model_bytes = sum(p.numel() * p.element_size() for p in params)
     with torch.no_grad():
@@ -201,18 +213,10 @@ def child_resume_at_limit(args):
     the model resumed (GVM_DEVICE_LIMIT and GVM_SPILL set by the parent):
     the resume must make room as an allocation would."""
     torch = torch_or_skip()
-    import torch.nn as nn
     import gvmshim
 
-    if not hasattr(torch.cuda, "MemPool") or not hasattr(torch.cuda, "use_mem_pool"):
-        gt.child_skip("this torch (%s) has no torch.cuda.MemPool/use_mem_pool" % torch.__version__)
-    need_free(torch, 4 * GiB)
-    dev = torch.device("cuda", 0)
-    torch.manual_seed(5)
-    x = torch.randn(64, 8192, device=dev)
-    pool = torch.cuda.MemPool()
-    with gvmshim.tag("model"), torch.cuda.use_mem_pool(pool):
-        model = nn.Sequential(*[nn.Linear(8192, 8192, device=dev) for _ in range(4)])   # 1 GiB
+    model, x = tagged_model(torch, 8192, False, 4 * GiB, 5)   # 1 GiB of weights
+    dev = x.device
     with torch.no_grad():
         y0 = model(x).clone()
     torch.cuda.synchronize()
