@@ -54,7 +54,7 @@ static void keep_room(const struct list *l)
     gvm_phys_raise_limit(GVM_LOC_HOST, bytes);
 }
 
-/* A resume whose device is at its limit, spill on: as for an allocation,
+/* A resume whose device is at its limit or full, spill on: as for an allocation,
  * what the device holds leaves for it, least recently used first (the
  * memory resumed before it too: the tag comes back with its overflow
  * spilled, as it was before the pause, where failing would leave it half
@@ -63,9 +63,13 @@ static CUresult resume_with_room(struct gvm_region *r, unsigned how)
 {
     const struct gvm_config *cfg = gvm_policy_cfg();
     int paused_at = GVM_LOAD(r->paused_loc), dev = paused_at >= 0 ? paused_at : GVM_LOAD(r->device);
-    if (!cfg || cfg->spill.n == 0 || !gvm_policy_limited(dev)) return CUDA_ERROR_OUT_OF_MEMORY;
-    size_t need = gvm_policy_charge(GVM_LOAD(r->size)), limit = gvm_policy_limit(dev), moved;
-    if (need > limit || gvm_spill_down_to(dev, limit - need, &moved) != CUDA_SUCCESS)
+    if (!cfg || cfg->spill.n == 0) return CUDA_ERROR_OUT_OF_MEMORY;
+    /* At its limit: down to the limit less the region. Without one, the
+     * GPU itself is full: as much of gvmshim's memory as the region needs
+     * leaves (other processes' memory gvmshim cannot move). */
+    size_t need = gvm_policy_charge(GVM_LOAD(r->size)), moved;
+    size_t ceiling = gvm_policy_limited(dev) ? gvm_policy_limit(dev) : gvm_policy_usage(dev);
+    if (need > ceiling || gvm_spill_down_to(dev, ceiling - need, &moved) != CUDA_SUCCESS)
         return CUDA_ERROR_OUT_OF_MEMORY;
     return gvm_relocate(r, GVM_LOC_NONE, how);
 }

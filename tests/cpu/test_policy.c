@@ -1120,6 +1120,29 @@ static void resume_at_the_limit_spills_the_overflow(void)
     CHECK(gvm_policy_usage(0) <= 64 * MiB);
 }
 
+/* No limit, the GPU itself full (the simulated one has 512 MiB): with
+ * spill on, the resume still makes room. */
+static void resume_on_a_full_device_spills_the_overflow(void)
+{
+    const char *kv[] = {"spill", "host", "promote_interval", "3600s", NULL};
+    start_policy(kv);
+    CHECK_EQ(gvm_tag_push("w"), GVM_OK);
+    uintptr_t w[3];
+    for (int i = 0; i < 3; i++) {
+        w[i] = palloc(120 * MiB);
+        fill(w[i], 120 * MiB, 50 + (uint32_t)i);
+    }
+    CHECK_EQ(gvm_tag_pop(), GVM_OK);
+    CHECK_EQ(gvm_pause("w", GVM_PAUSE_KEEP), GVM_OK);
+    uintptr_t other = palloc(300 * MiB);
+    fill(other, 300 * MiB, 59);
+    CHECK_EQ(gvm_resume("w"), GVM_OK);
+    for (int i = 0; i < 3; i++) CHECK(intact(w[i], 120 * MiB, 50 + (uint32_t)i));
+    CHECK(intact(other, 300 * MiB, 59));
+    CHECK(gvm_stats.spills > 0);
+    CHECK(simcuda_phys_bytes(0) <= 512 * MiB);
+}
+
 /* Without spill a resume that finds no room fails as an allocation would:
  * GVM_ERR_NO_MEMORY, what did not fit still paused with its contents, and
  * a retry once room returns brings it back. */
@@ -2597,6 +2620,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(pause_unmapped_failure_at_every_call)
     TEST_ENTRY(resume_at_the_limit_spills_the_overflow)
     TEST_ENTRY(resume_without_room_keeps_the_rest_paused)
+    TEST_ENTRY(resume_on_a_full_device_spills_the_overflow)
     TEST_ENTRY(resume_at_the_limit_failure_at_every_call)
     TEST_ENTRY(threshold_rule_places_large_allocations_in_host_memory)
     TEST_ENTRY(failure_while_spilling_keeps_data)
