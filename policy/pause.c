@@ -54,8 +54,8 @@ static void keep_room(const struct list *l)
     gvm_phys_raise_limit(GVM_LOC_HOST, bytes);
 }
 
-/* A resume whose device is at its limit or full, spill on: as for an allocation,
- * what the device holds leaves for it, least recently used first (the
+/* A resume whose device is at its limit or full, spill on: as for an
+ * allocation, what the device holds leaves for it, least recently used first (the
  * memory resumed before it too: the tag comes back with its overflow
  * spilled, as it was before the pause, where failing would leave it half
  * paused). The promoter brings what left back when room returns. */
@@ -69,9 +69,10 @@ static CUresult resume_with_room(struct gvm_region *r, unsigned how)
      * leaves (other processes' memory gvmshim cannot move). */
     size_t need = gvm_policy_charge(GVM_LOAD(r->size)), moved;
     size_t ceiling = gvm_policy_limited(dev) ? gvm_policy_limit(dev) : gvm_policy_usage(dev);
-    if (need > ceiling || gvm_spill_down_to(dev, ceiling - need, &moved) != CUDA_SUCCESS)
-        return CUDA_ERROR_OUT_OF_MEMORY;
-    return gvm_relocate(r, GVM_LOC_NONE, how);
+    if (need > ceiling) return CUDA_ERROR_OUT_OF_MEMORY;
+    /* Out of memory when nothing more can leave; a failed move's own error. */
+    CUresult rc = gvm_spill_down_to(dev, ceiling - need, &moved);
+    return rc == CUDA_SUCCESS ? gvm_relocate(r, GVM_LOC_NONE, how) : rc;
 }
 
 static gvm_status run(const char *tag, bool resume, int flags)
