@@ -13,6 +13,9 @@ settings of the case:
   pause_resume     a tagged model in its own MemPool: pause gives its memory
                    back (mem_get_info), resume restores identical outputs;
                    with discard the parameters come back zeroed
+  resume_at_limit  the model paused, a buffer filling a 2G limit made
+                   meanwhile (GVM_SPILL=host): the resume makes room, the
+                   outputs and the buffer come back intact, the limit holds
   cached_first     the caching allocator's cached (freed) segment is what
                    leaves the GPU first; a job that fits never spills
   lazy_two_streams with GVM_SPILL_HOST_MAP=lazy, a second stream rewrites
