@@ -140,7 +140,7 @@ static CUresult refill(struct gvm_region *r, int dev)
 
 static CUresult resume(struct gvm_region *r, unsigned how)
 {
-    int dev = r->paused_loc >= 0 ? r->paused_loc : r->device;
+    int dev = gvm_relocate_resume_device(r);
     CUresult rc = (r->flags & GVM_RF_DISCARDED) ? refill(r, dev)
                   : r->shelf                     ? gvm_shelf_take(r, dev, "resume")
                                                  : move_to(r, dev, how);

@@ -73,6 +73,14 @@ CUresult gvm_relocate_locked(struct gvm_region *r, int loc, unsigned how);
 int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const *out, const int *to, int nout,
                       unsigned out_flags, CUresult *in_rc);
 
+/* The device a paused region comes back to: where its memory was when it
+ * was paused (its home when it was on host then). Read without its lock. */
+static inline int gvm_relocate_resume_device(const struct gvm_region *r)
+{
+    int at = GVM_LOAD(r->paused_loc);
+    return at >= 0 ? at : GVM_LOAD(r->device);
+}
+
 /* True for the answers of gvm_relocate that mean "not done, by choice". */
 static inline bool gvm_relocate_refused(CUresult rc)
 {

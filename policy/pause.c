@@ -62,7 +62,7 @@ static void keep_room(const struct list *l)
 static CUresult resume_with_room(struct gvm_region *r, unsigned how)
 {
     const struct gvm_config *cfg = gvm_policy_cfg();
-    int paused_at = GVM_LOAD(r->paused_loc), dev = paused_at >= 0 ? paused_at : GVM_LOAD(r->device);
+    int dev = gvm_relocate_resume_device(r);
     if (!cfg || cfg->spill.n == 0) return CUDA_ERROR_OUT_OF_MEMORY;
     /* At its limit: down to the limit less the region. Without one, the
      * GPU itself is full: as much of gvmshim's memory as the region needs
