@@ -72,16 +72,21 @@ static void *sim_fn(const char *name)
 
 static CUcontext ctx0;
 
-static void start(void)
+/* The driver opened as cudart does, device dev's primary context current. */
+static CUcontext start_on(int dev)
 {
+    CUcontext c = NULL;
     open_driver();
     RES(cuInit, "cuInit", 2000, 0);
     CHECK_EQ(cuInit_p(0), CUDA_SUCCESS);
     RES(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0);
     RES(cuCtxSetCurrent, "cuCtxSetCurrent", 4000, 0);
-    CHECK_EQ(cuDevicePrimaryCtxRetain_p(&ctx0, 0), CUDA_SUCCESS);
-    CHECK_EQ(cuCtxSetCurrent_p(ctx0), CUDA_SUCCESS);
+    CHECK_EQ(cuDevicePrimaryCtxRetain_p(&c, dev), CUDA_SUCCESS);
+    CHECK_EQ(cuCtxSetCurrent_p(c), CUDA_SUCCESS);
+    return c;
 }
+
+static void start(void) { ctx0 = start_on(0); }
 
 static void resolver_hands_out_the_abi_asked_for(void)
 {
@@ -973,18 +978,7 @@ static int one_device_workload(void)
      * started without CUDA_VISIBLE_DEVICES does; device 0 must stay untouched. */
     const char *which = getenv("ONE_DEVICE");
     int dev = which && !strcmp(which, "1") ? 1 : 0;
-    if (dev == 0) {
-        start();
-    } else {
-        open_driver();
-        RES(cuInit, "cuInit", 2000, 0);
-        RES(cuDevicePrimaryCtxRetain, "cuDevicePrimaryCtxRetain", 7000, 0);
-        RES(cuCtxSetCurrent, "cuCtxSetCurrent", 4000, 0);
-        CUcontext c1;
-        CHECK_EQ(cuInit_p(0), CUDA_SUCCESS);
-        CHECK_EQ(cuDevicePrimaryCtxRetain_p(&c1, 1), CUDA_SUCCESS);
-        CHECK_EQ(cuCtxSetCurrent_p(c1), CUDA_SUCCESS);
-    }
+    start_on(dev);
     gvm_status (*tag_push)(const char *) = dlsym(RTLD_DEFAULT, "gvm_tag_push");
     gvm_status (*tag_pop)(void) = dlsym(RTLD_DEFAULT, "gvm_tag_pop");
     gvm_status (*pause_tag)(const char *, int) = dlsym(RTLD_DEFAULT, "gvm_pause");
