@@ -19,7 +19,6 @@
 #include "gpu_test.h"
 #include "gvmshim.h"
 
-#include <algorithm>
 #include <dlfcn.h>
 
 using namespace gt;
@@ -88,21 +87,6 @@ static size_t host_available(void)
         if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
     fclose(f);
     return kb * KiB;
-}
-
-/* The best GB/s of 8 timed copies (after one untimed). */
-template <typename F> static double link_gbps(size_t n, F copy)
-{
-    copy();
-    CK(cudaDeviceSynchronize());
-    std::vector<double> v;
-    for (int i = 0; i < 8; i++) {
-        double t0 = now_us();
-        copy();
-        CK(cudaDeviceSynchronize());
-        v.push_back((double)n / ((now_us() - t0) * 1e3));
-    }
-    return *std::max_element(v.begin(), v.end());
 }
 
 static std::string row(size_t size, const char *dir, double first_ms, const std::vector<double> &warm_ms,

@@ -26,7 +26,6 @@
 #include "gpu_test.h"
 #include "gvmshim.h"
 
-#include <algorithm>
 #include <cuda.h>
 #include <dlfcn.h>
 #include <thread>
@@ -85,20 +84,6 @@ static size_t host_available(void)
         if (sscanf(line, "MemAvailable: %zu kB", &kb) == 1) break;
     fclose(f);
     return kb * KiB;
-}
-
-template <typename F> static double link_gbps(size_t n, F copy)
-{
-    copy();
-    CK(cudaDeviceSynchronize());
-    std::vector<double> v;
-    for (int i = 0; i < 8; i++) {
-        double t0 = now_us();
-        copy();
-        CK(cudaDeviceSynchronize());
-        v.push_back((double)n / ((now_us() - t0) * 1e3));
-    }
-    return *std::max_element(v.begin(), v.end());
 }
 
 /* GB/s of creating (and releasing, untimed) 1 GiB of pinned host memory

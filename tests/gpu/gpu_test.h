@@ -422,6 +422,24 @@ static inline double median(std::vector<double> v)
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+/* A link's GB/s moving n bytes with copy: the best of 8 timed copies
+ * after an untimed one. Goals are fractions of the link and bounds the
+ * least time work could take, so a slow stretch of the host must not
+ * lower the figure. */
+template <typename F> static double link_gbps(size_t n, F copy)
+{
+    copy();
+    CK(cudaDeviceSynchronize());
+    double best = 0;
+    for (int i = 0; i < 8; i++) {
+        double t0 = now_us();
+        copy();
+        CK(cudaDeviceSynchronize());
+        best = std::max(best, (double)n / ((now_us() - t0) * 1e3));
+    }
+    return best;
+}
+
 static inline double percentile(std::vector<double> v, double p)
 {
     if (v.empty()) return 0;
