@@ -81,6 +81,18 @@ static int forget(CUstream stream)
     return dev;
 }
 
+void gvm_capture_forget_device(int dev)
+{
+    pthread_mutex_lock(&capture_lock);
+    for (size_t i = ncaptures; i-- > 0;) {
+        if (captures[i].dev != dev) continue;
+        captures[i] = captures[--ncaptures];
+        __atomic_fetch_sub(open_counter(dev), 1, __ATOMIC_SEQ_CST);
+        __atomic_fetch_sub(&open_total, 1, __ATOMIC_SEQ_CST);
+    }
+    pthread_mutex_unlock(&capture_lock);
+}
+
 void gvm_capture_abort(CUstream stream) { forget(stream); }
 
 int gvm_capture_end(CUstream stream) { return forget(stream); }

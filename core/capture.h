@@ -27,6 +27,9 @@ void gvm_capture_abort(CUstream stream);
  * device it was on, or -2 when stream had none. */
 int gvm_capture_end(CUstream stream);
 
+/* dev's primary context was reset: the captures open there are gone. */
+void gvm_capture_forget_device(int dev);
+
 /* True while a capture is open on dev (dev < 0: on any device). */
 bool gvm_capture_open(int dev);
 

@@ -26,6 +26,11 @@ CUresult CUDAAPI cuStreamBeginCapture(CUstream hStream);
 CUresult CUDAAPI cuIpcOpenMemHandle(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
 CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle, unsigned int Flags);
 
+/* cuda.h renames cuDevicePrimaryCtxReset to _v2 (CUDA 11); libcuda still
+ * exports the unsuffixed symbol for older runtimes. */
+#undef cuDevicePrimaryCtxReset
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
+
 /* The per-thread default-stream variants have the base ABI. */
 #define GVM_PT_VARIANTS(X)                                                     \
     X(cuMemcpy, _ptds) X(cuMemcpyAsync, _ptsz) X(cuMemcpyPeer, _ptds)          \

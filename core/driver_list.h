@@ -36,6 +36,7 @@
     O(cuMemGetAddressRange_v2) O(cuPointerGetAttribute)                        \
     O(cuPointerGetAttributes) O(cuCtxEnablePeerAccess) O(cuCtxDisablePeerAccess) \
     O(cuMemAllocAsync) O(cuMemAllocAsync_ptsz)                                 \
+    O(cuDevicePrimaryCtxReset) O(cuDevicePrimaryCtxReset_v2)                   \
     O(cuMemAllocFromPoolAsync) O(cuMemAllocFromPoolAsync_ptsz)                 \
     O(cuMemFreeAsync) O(cuMemFreeAsync_ptsz) O(cuMemPoolSetAccess)             \
     O(cuMemPoolGetAttribute) O(cuMemPoolSetAttribute)                          \

@@ -63,6 +63,17 @@ static CUresult in_context(int dev, void *a, size_t size, bool reg)
     return rc;
 }
 
+/* Resets of each device's primary context: a registration made in it
+ * before the last one is gone (the driver drops it with the context). */
+static unsigned resets[GVM_MAX_DEVICES];
+
+void gvm_hostpin_forget(int dev) { __atomic_add_fetch(&resets[dev], 1, __ATOMIC_ACQ_REL); }
+
+static bool registered(const struct gvm_phys *p)
+{
+    return p->host_era == __atomic_load_n(&resets[p->host_dev], __ATOMIC_ACQUIRE);
+}
+
 static const char *meminfo_path = "/proc/meminfo";
 
 void gvm_hostpin_set_meminfo(const char *path) { meminfo_path = path; }
@@ -110,13 +121,15 @@ CUresult gvm_hostpin_create(size_t size, int dev, struct gvm_phys **out)
     p->size = size;
     p->loc = GVM_LOC_HOST;
     p->host_dev = dev;
+    p->host_era = __atomic_load_n(&resets[dev], __ATOMIC_ACQUIRE);
     *out = p;
     return CUDA_SUCCESS;
 }
 
 void gvm_hostpin_destroy(struct gvm_phys *p)
 {
-    CUresult rc = in_context(p->host_dev, p->host, p->size, false);
+    /* Unregistered by a reset: pushing its context would only make it again. */
+    CUresult rc = registered(p) ? in_context(p->host_dev, p->host, p->size, false) : CUDA_SUCCESS;
     if (rc != CUDA_SUCCESS) rc = in_context(p->host_dev, p->host, p->size, false);   /* a passing fault */
     if (rc != CUDA_SUCCESS) {
         /* Pages the driver may still reach stay the process's: never reused. */

@@ -37,6 +37,11 @@ CUresult gvm_hostpin_create(size_t size, int dev, struct gvm_phys **out);
  * at a file of their own; NULL or a missing file: no check. */
 void gvm_hostpin_set_meminfo(const char *path);
 
+/* dev's primary context was reset, taking the registrations made in it:
+ * pieces registered there are plain host memory from now on (copies still
+ * work, from pageable pages), and are unmapped without unregistering. */
+void gvm_hostpin_forget(int dev);
+
 /* Unregisters and unmaps p's pages and frees p (gvm_phys_destroy calls it
  * for registered pieces). */
 void gvm_hostpin_destroy(struct gvm_phys *p);

@@ -19,6 +19,7 @@ struct gvm_phys {
     CUdeviceptr staging;     /* second mapping for copies, 0 if none */
     void *host;              /* registered host pages, no handle (core/hostpin.h): staging is this */
     int host_dev;            /* ... registered in this device's primary context */
+    unsigned host_era;       /* ... before this many resets of it (core/hostpin.h) */
     uint32_t staged_for;     /* devices (bit per ordinal) granted the staging mapping */
     bool stuck;              /* a mapping of it could not be removed: never pooled or released */
     struct gvm_phys *next;   /* pool list */

@@ -277,6 +277,20 @@ bool gvm_slab_find(const struct gvm_region *r, uintptr_t p, uintptr_t *base, siz
     return true;
 }
 
+size_t gvm_slab_live_bases(const struct gvm_region *r, uintptr_t *out, size_t max)
+{
+    const struct gvm_slab *s = GVM_LOAD(r->slab);
+    if (!s) return 0;
+    uintptr_t rbase = GVM_LOAD(r->base);
+    size_t n = 0;
+    for (unsigned i = 0; i < s->nslots; i++)
+        if (__atomic_load_n(&s->sizes[i], __ATOMIC_ACQUIRE)) {
+            if (n < max) out[n] = rbase + (uintptr_t)i * s->cls;
+            n++;
+        }
+    return n;
+}
+
 static void release_slot(struct gvm_slab *s, unsigned i)
 {
     __atomic_fetch_and(&s->bits[i / 64], ~(1ull << (i % 64)), __ATOMIC_RELEASE);

@@ -39,6 +39,10 @@ CUresult gvm_slab_free(struct gvm_region *r, uintptr_t p);
 /* The live slot containing p, as base and requested size; false if none. */
 bool gvm_slab_find(const struct gvm_region *r, uintptr_t p, uintptr_t *base, size_t *size, int *slot);
 
+/* The bases of chunk r's live slots, up to max of them in out; returns
+ * how many there are. Lock-free, like gvm_slab_find. */
+size_t gvm_slab_live_bases(const struct gvm_region *r, uintptr_t *out, size_t max);
+
 /* Alias bookkeeping for one slot. */
 void gvm_slab_alias_ref(struct gvm_region *r, int slot, int delta);
 

@@ -69,3 +69,22 @@ void gvm_tally_reset_high(struct gvm_tally *t, int dev)
     t->high[dev] = t->bytes[dev];
     pthread_mutex_unlock(&t->lock);
 }
+
+void gvm_tally_drop_device(struct gvm_tally *t, int dev)
+{
+    if (!on_device(dev)) return;
+    pthread_mutex_lock(&t->lock);
+    for (unsigned b = 0; b < GVM_TALLY_BUCKETS; b++)
+        for (struct gvm_tally_entry **pp = &t->table[b]; *pp;) {
+            struct gvm_tally_entry *e = *pp;
+            if (e->dev != dev) {
+                pp = &e->next;
+                continue;
+            }
+            *pp = e->next;
+            __atomic_store_n(&t->live, t->live - 1, __ATOMIC_RELAXED);
+            free(e);
+        }
+    t->bytes[dev] = t->high[dev] = 0;
+    pthread_mutex_unlock(&t->lock);
+}

@@ -40,4 +40,8 @@ uint64_t gvm_tally_bytes(struct gvm_tally *t, int dev);
 uint64_t gvm_tally_high(struct gvm_tally *t, int dev);
 void gvm_tally_reset_high(struct gvm_tally *t, int dev);
 
+/* Forgets every entry on dev, its total and its mark (a reset of the
+ * device's context took what they counted). */
+void gvm_tally_drop_device(struct gvm_tally *t, int dev);
+
 #endif

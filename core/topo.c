@@ -195,6 +195,40 @@ static bool ctx_active(int dev)
     return active != 0;
 }
 
+/* The device whose primary context this thread cleans up after a reset
+ * (gvm_topo_resetting); -1: none. */
+static __thread int resetting = -1;
+
+void gvm_topo_resetting(int dev) { resetting = dev; }
+
+CUcontext gvm_topo_primary(int dev)
+{
+    CUcontext c = __atomic_load_n(&gvm_topo.dev[dev].ctx, __ATOMIC_ACQUIRE);
+    if (c || !ctx_active(dev)) return c;
+    /* Active but not retained by gvmshim: a retain of an active primary
+     * context only names it. */
+    if (DRV(cuDevicePrimaryCtxRetain, &c, dev) != CUDA_SUCCESS) return NULL;
+    DRV(cuDevicePrimaryCtxRelease_v2, dev);
+    return c;
+}
+
+void gvm_topo_forget_context(int dev)
+{
+    struct gvm_device *d = &gvm_topo.dev[dev];
+    pthread_mutex_lock(&topo_lock);
+    /* Gone with the context: never touched again (the driver may hand the
+     * same handles to the program's next streams and events). */
+    for (int dir = 0; dir < 2; dir++) {
+        __atomic_store_n(&d->stream[dir], NULL, __ATOMIC_RELEASE);
+        d->events[dir][0] = d->events[dir][1] = NULL;
+    }
+    /* The retain outlives the reset (the count is kept, the context is
+     * made again by the next retain): given back, so that gvmshim's next
+     * use of the device retains it afresh. */
+    if (__atomic_exchange_n(&d->ctx, NULL, __ATOMIC_ACQ_REL)) DRV(cuDevicePrimaryCtxRelease_v2, dev);
+    pthread_mutex_unlock(&topo_lock);
+}
+
 static __thread bool reuse_nowait;
 static __thread uint64_t ordered_stream;
 
@@ -245,6 +279,11 @@ static CUresult current_device(CUcontext *cur, int *dev)
     if (rc != CUDA_SUCCESS || !*cur) return rc;
     rc = DRV(cuCtxGetDevice, &d);
     if (rc == CUDA_SUCCESS) *dev = d;
+    /* A current context that a reset destroyed has no work to wait for. */
+    if (rc == CUDA_ERROR_CONTEXT_IS_DESTROYED) {
+        *cur = NULL;
+        rc = CUDA_SUCCESS;
+    }
     return rc;
 }
 
@@ -261,6 +300,10 @@ CUresult gvm_topo_sync_device(int dev)
 static CUresult sync_device(int dev)
 {
     uint64_t ticket = __atomic_add_fetch(&gvm_topo.dev[dev].syncs_started, 1, __ATOMIC_ACQ_REL);
+    if (dev == resetting) {
+        sync_finished(dev, ticket);   /* the reset ended all its work */
+        return CUDA_SUCCESS;
+    }
     int cur = -1;
     CUcontext c = NULL, primary = NULL;
     CUresult rc = current_device(&c, &cur);
@@ -301,9 +344,9 @@ static CUresult quiesce(void)
     for (int d = 0; d < gvm_topo.ndev; d++)
         ticket[d] = __atomic_add_fetch(&gvm_topo.dev[d].syncs_started, 1, __ATOMIC_ACQ_REL);
     CUresult rc = DRV(cuCtxSynchronize);
-    if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_INVALID_CONTEXT) return rc;
+    if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_INVALID_CONTEXT && rc != CUDA_ERROR_CONTEXT_IS_DESTROYED) return rc;
     for (int d = 0; d < gvm_topo.ndev; d++) {
-        if (!gvm_topo.dev[d].vmm || !ctx_active(d)) continue;
+        if (!gvm_topo.dev[d].vmm || d == resetting || !ctx_active(d)) continue;
         if ((rc = gvm_topo_push(d)) != CUDA_SUCCESS) return rc;
         rc = DRV(cuCtxSynchronize);
         gvm_topo_pop();

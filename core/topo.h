@@ -65,6 +65,20 @@ int gvm_topo_access_mask(int loc, uint32_t devices, bool cpu, CUmemAccessDesc *d
 /* The primary context of dev, retained on first use (creating it). */
 CUresult gvm_topo_ctx(int dev, CUcontext *ctx);
 
+/* dev's primary context while it is active (or retained by gvmshim), else
+ * NULL: the context whose allocations a reset of it frees. */
+CUcontext gvm_topo_primary(int dev);
+
+/* After a reset of dev's primary context: gvmshim's streams and events
+ * there are gone and its retain is given back (the next use retains the
+ * context again). No thread may be using them. */
+void gvm_topo_forget_context(int dev);
+
+/* While this thread cleans up after a reset of dev's primary context
+ * (dev; -1 ends it): waits on dev return at once, there is nothing left
+ * there to wait for (and its context cannot be synchronized). */
+void gvm_topo_resetting(int dev);
+
 /* Makes dev's primary context current on this thread; gvm_topo_pop undoes. */
 CUresult gvm_topo_push(int dev);
 void gvm_topo_pop(void);

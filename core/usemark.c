@@ -15,10 +15,26 @@ bool gvm_usemark_recording;
 static uint64_t untracked;
 static const char *untracked_why = "the start of recording";
 
+/* Resets so far (gvm_usemark_forget). */
+static unsigned era;
+
+void gvm_usemark_forget(void) { __atomic_add_fetch(&era, 1, __ATOMIC_ACQ_REL); }
+
+static uint64_t stamp_now(void);
+
 static void lock(struct gvm_usemark *m)
 {
     while (__atomic_test_and_set(&m->busy, __ATOMIC_ACQUIRE))
         while (__atomic_load_n(&m->busy, __ATOMIC_RELAXED)) sched_yield();
+    unsigned now = __atomic_load_n(&era, __ATOMIC_ACQUIRE);
+    if (m->era == now) return;
+    /* Made before a reset: dropped unused; a whole wait covers their work. */
+    for (int i = 0; i < GVM_USEMARK_STREAMS; i++) {
+        m->ev[i] = NULL;
+        m->used[i] = false;
+    }
+    m->unknown = stamp_now();
+    m->era = now;
 }
 
 static void unlock(struct gvm_usemark *m) { __atomic_clear(&m->busy, __ATOMIC_RELEASE); }

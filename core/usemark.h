@@ -35,6 +35,7 @@ struct gvm_usemark {
     CUstream stream[GVM_USEMARK_STREAMS]; /* the stream each event was last recorded on */
     uintptr_t owner[GVM_USEMARK_STREAMS]; /* for a per-thread default stream, its thread's number; else 0 */
     bool used[GVM_USEMARK_STREAMS];
+    unsigned era;                         /* gvm_usemark_forget's count when its events were valid */
 };
 
 /* Whether launches record their uses (set by the first gvm_usemark_wait). */
@@ -53,6 +54,12 @@ void gvm_usemark_unknown(struct gvm_region *r);
 /* Work that may reach any region (call after it is queued); `why` names
  * it in the debug log of the next whole wait. */
 void gvm_usemark_untracked(const char *why);
+
+/* A context was reset: every event made so far may be gone with it. Each
+ * region drops its events (never touching them: the driver may hand their
+ * handles to the program's new events) the next time it is used; those of
+ * contexts still alive leak, a few per region and reset. */
+void gvm_usemark_forget(void);
 
 /* A reused record starts with no uses: those of its last allocation are
  * covered by the wait that let its memory be reused. */

@@ -22,6 +22,8 @@ static void forget_ordered(uintptr_t p)
     gvm_tally_take(&ordered_live, p, &dev, &bytes);
 }
 
+void gvm_shim_ordered_forget(int dev) { gvm_tally_drop_device(&ordered_live, dev); }
+
 /* The device of the current context, as native allocation calls need it. */
 static CUresult current_device(CUcontext *ctx, int *dev)
 {

@@ -60,6 +60,14 @@ static void record(CUcontext to, bool on)
     pthread_mutex_unlock(&pairs_lock);
 }
 
+void gvm_shim_peer_forget(CUcontext ctx)
+{
+    pthread_mutex_lock(&pairs_lock);
+    for (int i = npairs; i-- > 0;)
+        if (pairs[i].from == ctx || pairs[i].to == ctx) pairs[i] = pairs[--npairs];
+    pthread_mutex_unlock(&pairs_lock);
+}
+
 /* The device of ctx (pushed for the question: the driver answers for the
  * current context only); -1 if it cannot be told. */
 static int device_of(CUcontext ctx)

@@ -96,6 +96,12 @@ static inline struct gvm_region *gvm_shim_use_span(uintptr_t p, size_t n, bool *
 bool gvm_shim_peer_enabled(CUcontext from, CUcontext to);
 bool gvm_shim_peer_unknown(void);
 
+/* A reset destroyed ctx: the peer access enabled from or to it is gone
+ * (preload/hooks_peer.c), and so are the stream-ordered allocations of
+ * its device's default pool (preload/hooks_mem.c). */
+void gvm_shim_peer_forget(CUcontext ctx);
+void gvm_shim_ordered_forget(int dev);
+
 /* Hooks exported under libcuda's names, in the order of GVM_DRIVER_ALL. */
 extern void *const gvm_hook_table[GVM_FN_COUNT];
 

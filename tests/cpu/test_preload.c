@@ -1013,6 +1013,106 @@ static int one_device_workload(void)
     return 0;
 }
 
+/* cudaDeviceReset: the program's memory of every kind goes with the
+ * context (natively its cuMemAlloc memory does; gvmshim's VMM memory would
+ * outlive it), the program's own cuMemCreate memory stays, the context is
+ * not made again by gvmshim, and after the program makes it again
+ * everything works at the limit as before: allocation, spill (gvmshim's
+ * copy streams made anew), pause and resume. Then a reset just before the
+ * exit. */
+static int reset_workload(void)
+{
+    start();
+    gvm_status (*tag_push)(const char *) = dlsym(RTLD_DEFAULT, "gvm_tag_push");
+    gvm_status (*tag_pop)(void) = dlsym(RTLD_DEFAULT, "gvm_tag_pop");
+    gvm_status (*pause_tag)(const char *, int) = dlsym(RTLD_DEFAULT, "gvm_pause");
+    gvm_status (*resume)(const char *) = dlsym(RTLD_DEFAULT, "gvm_resume");
+    size_t (*phys_bytes)(int) = sim_fn("simcuda_phys_bytes");
+    size_t (*registered)(void) = sim_fn("simcuda_registered_bytes");
+    CUresult (*state)(CUdevice, unsigned *, int *) =
+        (CUresult(*)(CUdevice, unsigned *, int *))sim_fn("cuDevicePrimaryCtxGetState");
+    CHECK(tag_push && tag_pop && pause_tag && resume);
+    /* The program's own VMM memory: not gvmshim's to free. */
+    CUmemAllocationProp prop = {.type = CU_MEM_ALLOCATION_TYPE_PINNED,
+                                .location = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = 0}};
+    CUmemGenericAllocationHandle own;
+    CHECK_EQ(D(cuMemCreate, &own, 2 * MiB, &prop, 0), CUDA_SUCCESS);
+    for (int round = 0; round < 2; round++) {
+        CUdeviceptr big[4], small[8], ordered;
+        CUstream s;
+        CHECK_EQ(D(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+        CHECK_EQ(tag_push("reset"), GVM_OK);
+        for (int i = 0; i < 4; i++) {
+            CHECK_EQ(D(cuMemAlloc_v2, &big[i], 24 * MiB), CUDA_SUCCESS);   /* past 64M with a limit */
+            CHECK_EQ(D(cuMemsetD32_v2, big[i], 0x5a5a0000u + (unsigned)i, 6 * MiB), CUDA_SUCCESS);
+        }
+        CHECK_EQ(tag_pop(), GVM_OK);
+        for (int i = 0; i < 8; i++) CHECK_EQ(D(cuMemAlloc_v2, &small[i], 256 + 1000 * (size_t)i), CUDA_SUCCESS);
+        CHECK_EQ(D(cuMemAllocAsync, &ordered, 4 * MiB, s), CUDA_SUCCESS);
+        CHECK_EQ(D(cuMemsetD8Async, ordered, 7, 4 * MiB, s), CUDA_SUCCESS);
+        CHECK_EQ(pause_tag("reset", round ? GVM_PAUSE_UNMAPPED : GVM_PAUSE_KEEP), GVM_OK);
+        CHECK_EQ(resume("reset"), GVM_OK);
+        for (int i = 0; i < 4; i++) {
+            unsigned w = 0;
+            CHECK_EQ(D(cuMemcpyDtoH_v2, &w, big[i] + 24 * MiB - 4, 4), CUDA_SUCCESS);
+            CHECK_EQ(w, 0x5a5a0000u + (unsigned)i);
+        }
+        CHECK_EQ(pause_tag("reset", GVM_PAUSE_KEEP), GVM_OK);   /* paused when the reset comes */
+        CHECK_EQ(D(cuDevicePrimaryCtxReset_v2, 0), CUDA_SUCCESS);
+        /* Everything gvmshim held for the program on device 0 is gone;
+         * the program's own 2 MiB stays. */
+        CHECK_EQ(phys_bytes(0), 2 * MiB);
+        CHECK_EQ(phys_bytes(1), 0);   /* what spilled to the peer went too */
+        CHECK_EQ(registered(), 0);
+        unsigned flags = 0;
+        int active = -1;
+        CHECK_EQ(state(0, &flags, &active), CUDA_SUCCESS);
+        CHECK_EQ(active, 0);
+        /* Its streams went with it; its memory answers as unknown. */
+        CHECK_EQ(D(cuCtxSynchronize), CUDA_ERROR_CONTEXT_IS_DESTROYED);
+        CHECK_EQ(D(cuMemFree_v2, small[0]), CUDA_ERROR_INVALID_VALUE);
+        CHECK_EQ(D(cuMemFree_v2, big[0]), CUDA_ERROR_INVALID_VALUE);
+        CHECK_EQ(resume("reset"), GVM_OK);   /* nothing left to resume */
+        CUcontext c;
+        CHECK_EQ(D(cuDevicePrimaryCtxRetain, &c, 0), CUDA_SUCCESS);
+        CHECK_EQ(D(cuCtxSetCurrent, c), CUDA_SUCCESS);
+        CHECK_EQ(D(cuStreamSynchronize, s), CUDA_ERROR_INVALID_HANDLE);
+    }
+    /* Made again: the whole limit is the program's. */
+    CUdeviceptr p[4];
+    for (int i = 0; i < 4; i++) {
+        CHECK_EQ(D(cuMemAlloc_v2, &p[i], 24 * MiB), CUDA_SUCCESS);
+        CHECK_EQ(D(cuMemsetD32_v2, p[i], 0x77000000u + (unsigned)i, 6 * MiB), CUDA_SUCCESS);
+    }
+    for (int i = 0; i < 4; i++) {
+        unsigned w = 0;
+        CHECK_EQ(D(cuMemcpyDtoH_v2, &w, p[i], 4), CUDA_SUCCESS);
+        CHECK_EQ(w, 0x77000000u + (unsigned)i);
+    }
+    CHECK_EQ(D(cuMemRelease, own), CUDA_SUCCESS);
+    CHECK_EQ(D(cuDevicePrimaryCtxReset_v2, 0), CUDA_SUCCESS);   /* and the exit */
+    CHECK_EQ(phys_bytes(0), 0);
+    return 0;
+}
+
+static void device_reset_frees_the_programs_memory(void)
+{
+    const char *plain[] = {NULL};
+    const char *spill[] = {"GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", NULL};
+    const char *lazy[] = {"GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", "GVM_SPILL_HOST_MAP=lazy",
+                          "GVM_HOST_POOL=64M", NULL};
+    const char *pooled[] = {"GVM_POOL_LIMIT=64M", "GVM_STATS=1", NULL};
+    const char *tracked[] = {"GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=peer,host", "GVM_SPILL_HOST_MAP=lazy", NULL};
+    const char *const *runs[] = {plain, spill, lazy, pooled, tracked};
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
+        char out[16384];
+        int rc = run_self_envs("reset", runs[i], out, sizeof out);
+        if (rc || strstr(out, ": warning: ") || strstr(out, ": error: ")) fprintf(stderr, "run %zu:\n%s", i, out);
+        CHECK_EQ(rc, 0);
+        CHECK(!strstr(out, ": warning: ") && !strstr(out, ": error: "));
+    }
+}
+
 /* Plain, spilling (eagerly and lazily), with pools; on device 0, and on
  * device 1 alone (a rank that set its device). */
 static void one_device_programs_leave_other_devices_alone(void)
@@ -1371,6 +1471,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(launches_are_scanned_when_spilling)
     TEST_ENTRY(lazy_spills_are_mapped_for_what_reaches_them)
     TEST_ENTRY(one_device_programs_leave_other_devices_alone)
+    TEST_ENTRY(device_reset_frees_the_programs_memory)
     TEST_ENTRY(programs_own_device_memory_counts_under_the_limit)
     TEST_ENTRY(stream_ordered_memory_counts_and_spills)
     TEST_ENTRY(stats_json_is_written_at_exit)
@@ -1394,6 +1495,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "struct-scan")) exit(struct_scan_workload());
         if (!strcmp(argv[2], "lazy")) exit(lazy_workload());
         if (!strcmp(argv[2], "one-device")) exit(one_device_workload());
+        if (!strcmp(argv[2], "reset")) exit(reset_workload());
         if (!strcmp(argv[2], "host-copies")) exit(host_side_copies_workload());
         if (!strcmp(argv[2], "late-handler")) exit(late_handler_workload());
         if (!strcmp(argv[2], "fork")) exit(fork_workload());

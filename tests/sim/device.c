@@ -54,6 +54,8 @@ CUresult sim_need_ctx(int *dev)
     struct CUctx_st *c = sim_ctx_current();
     if (!c)
         return CUDA_ERROR_INVALID_CONTEXT;
+    if (__atomic_load_n(&c->destroyed, __ATOMIC_RELAXED))
+        return CUDA_ERROR_CONTEXT_IS_DESTROYED;
     if (dev)
         *dev = c->dev;
     return CUDA_SUCCESS;
@@ -61,8 +63,11 @@ CUresult sim_need_ctx(int *dev)
 
 void sim_ctx_reset_all(void)
 {
-    for (int i = 0; i < SIM_MAX_DEVICES; i++)
+    for (int i = 0; i < SIM_MAX_DEVICES; i++) {
         sim.dev[i].ctx.refs = 0;
+        sim.dev[i].ctx.peers = 0;
+        __atomic_store_n(&sim.dev[i].ctx.destroyed, 0, __ATOMIC_RELAXED);
+    }
 }
 
 /* ---- init and devices ------------------------------------------------- */
@@ -377,6 +382,7 @@ static CUresult sim_primary_retain(CUcontext *pctx, CUdevice dev)
     if (!sim_dev_valid(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     sim.dev[dev].ctx.refs++;
+    __atomic_store_n(&sim.dev[dev].ctx.destroyed, 0, __ATOMIC_RELAXED);   /* made again */
     *pctx = &sim.dev[dev].ctx;
     return CUDA_SUCCESS;
 }
@@ -408,13 +414,43 @@ static CUresult sim_primary_state(CUdevice dev, unsigned *flags, int *active)
     if (!sim_dev_valid(dev))
         return CUDA_ERROR_INVALID_DEVICE;
     *flags = 0;
-    *active = sim.dev[dev].ctx.refs > 0;
+    *active = sim.dev[dev].ctx.refs > 0 && !__atomic_load_n(&sim.dev[dev].ctx.destroyed, __ATOMIC_RELAXED);
     return CUDA_SUCCESS;
 }
 
 CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, int *active)
 {
     SIM_API(cuDevicePrimaryCtxGetState, SIM_READ, sim_primary_state(dev, flags, active));
+}
+
+/* As the real driver does (one H100, driver 580, 2026-11-27): the context
+ * is destroyed whatever its retain count, which is kept; the handle stays
+ * the same, calls made in it fail with CONTEXT_IS_DESTROYED until a retain
+ * makes it again. Its cuMemAlloc memory, streams, events, host
+ * registrations and peer access go; VMM memory stays. */
+static CUresult sim_primary_reset(CUdevice dev)
+{
+    if (!sim_dev_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    struct CUctx_st *c = &sim.dev[dev].ctx;
+    __atomic_store_n(&c->destroyed, 1, __ATOMIC_RELAXED);
+    c->peers = 0;
+    for (int i = 0; i < sim.ndev; i++)
+        sim.dev[i].ctx.peers &= ~(1u << dev);
+    sim_native_drop_device(dev);
+    sim_streams_drop_device(dev);
+    sim_hostreg_drop_device(dev);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
+{
+    SIM_API(cuDevicePrimaryCtxReset_v2, SIM_WRITE, sim_primary_reset(dev));
+}
+
+CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev)
+{
+    SIM_API(cuDevicePrimaryCtxReset, SIM_WRITE, sim_primary_reset(dev));
 }
 
 /* ---- the current-context stack ---------------------------------------- */

@@ -10,6 +10,7 @@
 struct sim_hostreg {
     uintptr_t base;
     size_t size;
+    int dev; /* of the context it was registered in: a reset of it unregisters */
 };
 
 static struct sim_hostreg *sim_hostreg_overlapping(uintptr_t p, size_t size)
@@ -26,7 +27,8 @@ static CUresult sim_host_register(void *p, size_t size, unsigned flags)
 {
     /* Like the real driver (H100, 2026-11-27): the calling thread needs a
      * current context, though portable memory serves every one. */
-    CUresult ctx = sim_need_ctx(NULL);
+    int dev;
+    CUresult ctx = sim_need_ctx(&dev);
     if (ctx != CUDA_SUCCESS)
         return ctx;
     if (!p || !size || (flags & ~0xfu))
@@ -44,6 +46,7 @@ static CUresult sim_host_register(void *p, size_t size, unsigned flags)
     }
     h->base = (uintptr_t)p;
     h->size = size;
+    h->dev = dev;
     return CUDA_SUCCESS;
 }
 
@@ -82,6 +85,19 @@ void sim_hostreg_reset(void)
         free(h);
     }
     sim.hostregs.len = 0;
+}
+
+/* Portable registrations too (one H100, driver 580, 2026-11-27). */
+void sim_hostreg_drop_device(int dev)
+{
+    for (size_t i = sim.hostregs.len; i-- > 0;) {
+        struct sim_hostreg *h = sim.hostregs.item[i];
+        if (h->dev != dev)
+            continue;
+        sim_vec_remove(&sim.hostregs, h);
+        sim_uncharge(SIMCUDA_LOC_HOST, h->size);
+        free(h);
+    }
 }
 
 size_t simcuda_registered_bytes(void)

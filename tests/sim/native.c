@@ -37,6 +37,17 @@ void sim_native_reset(void)
     sim.natives.len = 0;
 }
 
+void sim_native_drop_device(int dev)
+{
+    for (size_t i = sim.natives.len; i-- > 0;) {
+        struct sim_native *n = sim.natives.item[i];
+        if (n->dev != dev)
+            continue;
+        sim_vec_remove(&sim.natives, n);
+        sim_native_destroy(n);
+    }
+}
+
 /* low32: the CUDA 3.1 ABI, whose device pointers are 32-bit. */
 static CUresult sim_native_alloc(uintptr_t *out, size_t size, int dev, int low32)
 {

@@ -42,10 +42,11 @@ struct CUctx_st {
     int dev;
     unsigned refs;  /* primary-context retain count */
     unsigned peers; /* bit d: cuCtxEnablePeerAccess gave it device d's memory */
+    int destroyed;  /* reset (cuDevicePrimaryCtxReset) and not retained since */
 };
 struct sim_capture;
 struct CUstream_st {
-    int dev;
+    int dev;        /* its context's device (the sim's streams are all in primary contexts) */
     unsigned flags;
     unsigned long long id;   /* unique for the process's life, as cuStreamGetId's */
     struct sim_capture *cap; /* the capture it records into, or NULL */
@@ -176,6 +177,10 @@ struct sim_map *sim_map_at(uintptr_t p);
 struct sim_resv *sim_resv_at(uintptr_t p);
 void sim_native_reset(void);
 void sim_hostreg_reset(void);
+/* What a reset of dev's primary context takes with it. */
+void sim_native_drop_device(int dev);
+void sim_hostreg_drop_device(int dev);
+void sim_streams_drop_device(int dev);
 void sim_vmm_reset(void);
 
 /* True when [p, p+n) is memory a kernel may touch: one native allocation,

@@ -27,6 +27,26 @@ void sim_streams_reset(void)
     sim.streams.len = sim.events.len = 0;
 }
 
+/* Streams and events of the device's (primary) context. A stream still
+ * capturing is left as it is: its capture holds it. */
+void sim_streams_drop_device(int dev)
+{
+    for (size_t i = sim.streams.len; i-- > 0;) {
+        struct CUstream_st *s = sim.streams.item[i];
+        if (s->dev != dev || s->cap)
+            continue;
+        sim_vec_remove(&sim.streams, s);
+        free(s);
+    }
+    for (size_t i = sim.events.len; i-- > 0;) {
+        struct CUevent_st *e = sim.events.item[i];
+        if (e->dev != dev)
+            continue;
+        sim_vec_remove(&sim.events, e);
+        free(e);
+    }
+}
+
 static CUresult sim_stream_create(CUstream *ph, unsigned flags)
 {
     int dev;

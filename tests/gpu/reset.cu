@@ -1,0 +1,328 @@
+/* cudaDeviceReset under gvmshim, compared with the native run call by call.
+ * A reset destroys the device's primary context and everything made in
+ * it: the program's memory is given back to the GPU (NVML sees it go), a
+ * program may allocate again at once (under a device limit too), and the
+ * process exits cleanly right after one (CUDA's samples end that way).
+ * Each scenario runs twice, natively and under the shim (GVM_TEST_LIB or
+ * the LD_PRELOAD this program was started with), its stdout and stderr
+ * together; the printed call results must be identical and both runs
+ * pass their own checks.
+ *
+ *   reset                 parent: every scenario, native vs shim
+ *   reset --child NAME    one scenario, in this process
+ *
+ * Exit 77 without a GPU. The peer scenario needs two (skipped on one). */
+#include "gpu_test.h"
+
+#include <sys/wait.h>
+
+#include <string>
+#include <vector>
+
+using namespace gt;
+
+static Gvm gvm;
+
+static void rec(const char *what, cudaError_t e)
+{
+    printf("%-52s %s\n", what, cudaGetErrorName(e));
+    fflush(stdout);
+}
+#define REC(call) ([&] { cudaError_t e_ = (call); rec(#call, e_); return e_; }())
+
+/* ---- NVML: the GPU's used memory, as nvidia-smi shows it ------------------- */
+
+struct NvmlMemory {
+    unsigned long long total, free, used;
+};
+
+/* Bytes in use on device dev (all processes: the machine is ours), or 0
+ * when NVML cannot say. */
+static size_t nvml_used(int dev)
+{
+    static void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return 0;
+    typedef int (*init_fn)(void);
+    typedef int (*by_bus_fn)(const char *, void **);
+    typedef int (*mem_fn)(void *, NvmlMemory *);
+    static init_fn init = (init_fn)dlsym(lib, "nvmlInit_v2");
+    static by_bus_fn by_bus = (by_bus_fn)dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
+    static mem_fn mem = (mem_fn)dlsym(lib, "nvmlDeviceGetMemoryInfo");
+    static bool up = init && by_bus && mem && init() == 0;
+    char bus[32];
+    void *h = nullptr;
+    NvmlMemory m;
+    if (!up || cudaDeviceGetPCIBusId(bus, sizeof bus, dev) != cudaSuccess || by_bus(bus, &h) || mem(h, &m)) return 0;
+    return m.used;
+}
+
+/* The memory a reset gave back: used on dev is within slack of `before`. */
+static void expect_given_back(int dev, size_t before, const char *when)
+{
+    size_t now = nvml_used(dev);
+    if (!before || !now) return;
+    EXPECT(now <= before + 160 * MiB, "%s: NVML shows %zu MiB used on device %d, %zu MiB before the allocations",
+           when, now >> 20, dev, before >> 20);
+}
+
+/* ---- data -------------------------------------------------------------------- */
+
+static void fill(void *p, size_t n, uint32_t seed)
+{
+    fill_words((uint32_t *)p, n / 4, 0, seed);
+}
+
+static void verify(void *p, size_t n, uint32_t seed, const char *what)
+{
+    Counter c;   /* made per check: a reset frees pinned memory too */
+    verify_words(c, (const uint32_t *)p, n / 4, 0, seed, what);
+}
+
+/* ---- scenarios --------------------------------------------------------------- */
+
+/* Memory of every kind, a copy in flight on a stream, then the reset and
+ * the end of the program. */
+static void reset_at_exit()
+{
+    void *a, *b, *c, *d;
+    cudaStream_t s;
+    REC(cudaMalloc(&a, 256));
+    REC(cudaMalloc(&b, 3 * MiB));
+    REC(cudaMalloc(&c, GiB));
+    REC(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    REC(cudaMallocAsync(&d, 64 * MiB, s));
+    fill(c, GiB, 1);
+    REC(cudaMemcpyAsync(b, c, 3 * MiB, cudaMemcpyDeviceToDevice, s));
+    REC(cudaMemcpyAsync(d, c, 64 * MiB, cudaMemcpyDeviceToDevice, s));
+    REC(cudaDeviceReset());
+}
+
+/* Allocate, reset, allocate as much again: under a device limit of 2 GiB
+ * (GVM_DEVICE_LIMIT in this scenario) the second round fits only if the
+ * reset gave the first back. */
+static void allocate_again()
+{
+    size_t base = nvml_used(0);
+    for (int round = 0; round < 2; round++) {
+        void *a, *b, *c, *d;
+        cudaStream_t s;
+        REC(cudaMalloc(&a, 1536 * MiB));
+        REC(cudaMalloc(&b, MiB));
+        REC(cudaMalloc(&c, 256));
+        REC(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+        REC(cudaMallocAsync(&d, 64 * MiB, s));
+        REC(cudaStreamSynchronize(s));
+        fill(a, 1536 * MiB, 10 + round);
+        fill(b, MiB, 20 + round);
+        fill(d, 64 * MiB, 30 + round);
+        verify(a, 1536 * MiB, 10 + round, "the big allocation");
+        verify(b, MiB, 20 + round, "1 MiB");
+        verify(d, 64 * MiB, 30 + round, "stream-ordered 64 MiB");
+        size_t used = nvml_used(0);
+        EXPECT(!base || used >= base + 1536 * MiB, "round %d: NVML shows %zu MiB used, %zu MiB before", round,
+               used >> 20, base >> 20);
+        REC(cudaDeviceReset());
+        REC(cudaFree(nullptr));
+        expect_given_back(0, base, round ? "after the second reset" : "after the first reset");
+    }
+    void *e;
+    REC(cudaMalloc(&e, 1900 * MiB));
+    REC(cudaFree(e));
+}
+
+/* Spilled memory (GVM_DEVICE_LIMIT=0:1G, GVM_SPILL=host, host maps eager or
+ * lazy by scenario): 1.5 GiB made on a 1 GiB limit, then the reset, then
+ * the same again; each time every byte checked. */
+static void spill_twice()
+{
+    size_t base = nvml_used(0);
+    const size_t n = 512 * MiB;
+    for (int round = 0; round < 2; round++) {
+        void *p[3];
+        for (int i = 0; i < 3; i++) {
+            REC(cudaMalloc(&p[i], n));
+            fill(p[i], n, 100 * round + i);
+        }
+        REC(cudaDeviceSynchronize());
+        for (int i = 0; i < 3; i++) verify(p[i], n, 100 * round + i, "spilled round");
+        if (gvm.present && gvm.tag_push && gvm.pause) {
+            /* Tagged memory paused when the reset comes: gone with the rest. */
+            void *t;
+            CKG(gvm, gvm.tag_push("reset-test"));
+            CK(cudaMalloc(&t, 64 * MiB));
+            CKG(gvm, gvm.tag_pop());
+            fill(t, 64 * MiB, 7);
+            CK(cudaDeviceSynchronize());
+            CKG(gvm, gvm.pause("reset-test", GVM_PAUSE_KEEP));
+        }
+        REC(cudaDeviceReset());
+        REC(cudaFree(nullptr));
+        expect_given_back(0, base, "after a reset with spilled memory");
+        if (gvm.present && gvm.resume) {
+            gvm_status st = gvm.resume("reset-test");
+            EXPECT(st == GVM_OK, "gvm_resume of a tag whose memory the reset freed: %d", st);
+        }
+    }
+}
+
+/* Pointers the reset freed: freeing or asking about them answers as
+ * natively, and new memory works. */
+static void stale_pointers()
+{
+    void *big, *small, *fresh;
+    REC(cudaMalloc(&big, 64 * MiB));
+    REC(cudaMalloc(&small, 256));
+    REC(cudaDeviceReset());
+    REC(cudaFree(big));
+    REC(cudaFree(small));
+    cudaPointerAttributes attr;
+    memset(&attr, 0, sizeof attr);
+    REC(cudaPointerGetAttributes(&attr, big));
+    printf("type of a freed pointer: %d\n", (int)attr.type);
+    (void)cudaGetLastError();
+    REC(cudaMalloc(&fresh, 64 * MiB));
+    fill(fresh, 64 * MiB, 3);
+    verify(fresh, 64 * MiB, 3, "memory made after the reset");
+    REC(cudaFree(fresh));
+}
+
+/* Two GPUs: resetting device 0 leaves device 1's memory alone, and frees
+ * device 0's memory that spilled to device 1 (GVM_SPILL=peer). */
+static void peer()
+{
+    int n = 0;
+    cudaGetDeviceCount(&n);
+    if (n < 2) {
+        printf("one GPU: skipped\n");
+        return;
+    }
+    CK(cudaSetDevice(1));
+    CK(cudaFree(nullptr));
+    size_t base1 = nvml_used(1);
+    void *own;
+    REC(cudaMalloc(&own, 256 * MiB));
+    fill(own, 256 * MiB, 41);
+    CK(cudaDeviceSynchronize());
+    size_t with_own = nvml_used(1);
+    CK(cudaSetDevice(0));
+    CK(cudaFree(nullptr));
+    size_t base0 = nvml_used(0);
+    void *p[3];
+    for (int i = 0; i < 3; i++) {
+        REC(cudaMalloc(&p[i], 512 * MiB));
+        fill(p[i], 512 * MiB, 50 + i);
+    }
+    for (int i = 0; i < 3; i++) verify(p[i], 512 * MiB, 50 + i, "device 0's memory");
+    REC(cudaDeviceReset());
+    REC(cudaFree(nullptr));
+    expect_given_back(0, base0, "device 0 after its reset");
+    REC(cudaSetDevice(1));
+    verify(own, 256 * MiB, 41, "device 1's memory after device 0's reset");
+    if (base1 && with_own) {
+        size_t now = nvml_used(1);
+        EXPECT(now <= with_own + 64 * MiB, "device 1 holds %zu MiB, %zu MiB before device 0's allocations",
+               now >> 20, with_own >> 20);
+    }
+    REC(cudaFree(own));
+}
+
+static int child(const std::string &name)
+{
+    watchdog(150);
+    device_count_or_skip();
+    gvm = load_gvm();
+    CK(cudaFree(nullptr));
+    Runner r;
+    if (name == "exit") r.run(name.c_str(), reset_at_exit);
+    else if (name == "again") r.run(name.c_str(), allocate_again);
+    else if (name == "spill" || name == "spill-lazy") r.run(name.c_str(), spill_twice);
+    else if (name == "stale") r.run(name.c_str(), stale_pointers);
+    else if (name == "peer") r.run(name.c_str(), peer);
+    else return 2;
+    return r.finish();
+}
+
+/* ---- the parent ----------------------------------------------------------- */
+
+static void scenario_env(const std::string &name)
+{
+    if (name == "again") setenv("GVM_DEVICE_LIMIT", "0:2G", 1);
+    if (name == "spill" || name == "spill-lazy" || name == "peer") {
+        setenv("GVM_DEVICE_LIMIT", "0:1G", 1);
+        setenv("GVM_SPILL", name == "peer" ? "peer,host" : "host", 1);
+    }
+    if (name == "spill-lazy") setenv("GVM_SPILL_HOST_MAP", "lazy", 1);
+}
+
+/* Runs one scenario in a child, stdout and stderr into out. */
+static int run_self(const std::string &name, const char *preload, std::string &out)
+{
+    int fds[2];
+    if (pipe(fds)) return -1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        dup2(fds[1], 2);
+        close(fds[0]);
+        if (preload) setenv("LD_PRELOAD", preload, 1);
+        else unsetenv("LD_PRELOAD");
+        scenario_env(name);
+        execl("/proc/self/exe", "reset", "--child", name.c_str(), (char *)nullptr);
+        _exit(127);
+    }
+    close(fds[1]);
+    char buf[4096];
+    ssize_t n;
+    out.clear();
+    while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, (size_t)n);
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* The call results and anything else printed: every line but the runner's. */
+static std::string calls_of(const std::string &out)
+{
+    std::string r;
+    size_t pos = 0;
+    while (pos < out.size()) {
+        size_t end = out.find('\n', pos);
+        if (end == std::string::npos) end = out.size();
+        std::string line = out.substr(pos, end - pos);
+        if (line.rfind("PASS", 0) && line.rfind("FAIL", 0) && line.find(" passed, ") == std::string::npos)
+            r += line + "\n";
+        pos = end + 1;
+    }
+    return r;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc == 3 && !strcmp(argv[1], "--child")) return child(argv[2]);
+    const char *lib = getenv("GVM_TEST_LIB");
+    if (!lib || !*lib) lib = getenv("LD_PRELOAD");
+    if (!lib || !*lib) {
+        printf("SKIP: no shim to compare with (set GVM_TEST_LIB or LD_PRELOAD)\n0 passed, 0 failed\n");
+        return 77;
+    }
+    std::string preload = lib;
+    int passed = 0, failed = 0;
+    for (const char *name : {"exit", "again", "spill", "spill-lazy", "stale", "peer"}) {
+        std::string native, shim;
+        int rn = run_self(name, nullptr, native);
+        if (rn == 77) {
+            printf("%s", native.c_str());
+            return 77;
+        }
+        int rs = run_self(name, preload.c_str(), shim);
+        bool same = calls_of(native) == calls_of(shim);
+        bool ok = rn == 0 && rs == 0 && same;
+        printf("%s %s\n", ok ? "PASS" : "FAIL", name);
+        if (!ok) printf("  native (exit %d):\n%s  under the shim (exit %d):\n%s", rn, native.c_str(), rs, shim.c_str());
+        ok ? passed++ : failed++;
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
