@@ -1029,6 +1029,7 @@ static int reset_workload(void)
     gvm_status (*resume)(const char *) = dlsym(RTLD_DEFAULT, "gvm_resume");
     size_t (*phys_bytes)(int) = sim_fn("simcuda_phys_bytes");
     size_t (*registered)(void) = sim_fn("simcuda_registered_bytes");
+    void (*fail)(const char *, unsigned long, CUresult) = sim_fn("simcuda_fail_call");
     CUresult (*state)(CUdevice, unsigned *, int *) =
         (CUresult(*)(CUdevice, unsigned *, int *))sim_fn("cuDevicePrimaryCtxGetState");
     CHECK(tag_push && tag_pop && pause_tag && resume);
@@ -1058,6 +1059,18 @@ static int reset_workload(void)
             CHECK_EQ(w, 0x5a5a0000u + (unsigned)i);
         }
         CHECK_EQ(pause_tag("reset", GVM_PAUSE_KEEP), GVM_OK);   /* paused when the reset comes */
+        /* A reset the driver refuses takes nothing. */
+        fail("cuDevicePrimaryCtxReset_v2", 1, CUDA_ERROR_UNKNOWN);
+        CHECK_EQ(D(cuDevicePrimaryCtxReset_v2, 0), CUDA_ERROR_UNKNOWN);
+        for (int i = 0; i < 8; i++) {
+            unsigned char b = 1;
+            CHECK_EQ(D(cuMemcpyDtoH_v2, &b, small[i], 1), CUDA_SUCCESS);
+        }
+        CHECK_EQ(resume("reset"), GVM_OK);
+        unsigned last = 0;
+        CHECK_EQ(D(cuMemcpyDtoH_v2, &last, big[3] + 24 * MiB - 4, 4), CUDA_SUCCESS);
+        CHECK_EQ(last, 0x5a5a0003u);
+        CHECK_EQ(pause_tag("reset", GVM_PAUSE_KEEP), GVM_OK);
         CHECK_EQ(D(cuDevicePrimaryCtxReset_v2, 0), CUDA_SUCCESS);
         /* Everything gvmshim held for the program on device 0 is gone;
          * the program's own 2 MiB stays. */

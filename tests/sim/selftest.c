@@ -238,6 +238,51 @@ static void test_contexts(void)
     CU_OK(cuDevicePrimaryCtxRelease_v2(0));
 }
 
+/* A primary context's reset, as measured on an H100 (driver 580). */
+static void test_primary_reset(void)
+{
+    CUcontext c0, c1, again;
+    CUdeviceptr n, n1, r;
+    CUmemGenericAllocationHandle h;
+    CUstream s;
+    CUevent e;
+    unsigned flags;
+    int active;
+    static char host[4096];
+    fresh();
+    CU_OK(cuDevicePrimaryCtxRetain(&c0, 0));   /* a second holder: the count is kept */
+    CU_OK(cuMemAlloc_v2(&n, 1000));
+    CU_OK(cuStreamCreate(&s, 0));
+    CU_OK(cuEventCreate(&e, 0));
+    CU_OK(cuMemHostRegister_v2(host, sizeof host, CU_MEMHOSTREGISTER_PORTABLE));
+    r = vmm_alloc(0, 2 * MiB, &h);
+    CU_OK(cuDevicePrimaryCtxRetain(&c1, 1));
+    CU_OK(cuCtxPushCurrent_v2(c1));
+    CU_OK(cuMemAlloc_v2(&n1, 1000));
+    CU_OK(cuCtxEnablePeerAccess(c0, 0));
+    CU_OK(cuCtxPopCurrent_v2(&again));
+    CHECK_RC(cuDevicePrimaryCtxReset_v2(7), CUDA_ERROR_INVALID_DEVICE);
+    CU_OK(cuDevicePrimaryCtxReset_v2(0));
+    CU_OK(cuDevicePrimaryCtxGetState(0, &flags, &active));
+    CHECK(active == 0);
+    CHECK_RC(cuCtxSynchronize(), CUDA_ERROR_CONTEXT_IS_DESTROYED);   /* still current */
+    CHECK(simcuda_live_native() == 1);                                /* device 1's stays */
+    CHECK(simcuda_registered_bytes() == 0);
+    CHECK(simcuda_phys_bytes(0) == 2 * MiB);                          /* VMM memory stays */
+    CHECK_RC(cuStreamSynchronize(s), CUDA_ERROR_INVALID_HANDLE);
+    CHECK_RC(cuEventQuery(e), CUDA_ERROR_INVALID_HANDLE);
+    CU_OK(cuCtxPushCurrent_v2(c1));
+    CHECK_RC(cuCtxDisablePeerAccess(c0), CUDA_ERROR_PEER_ACCESS_NOT_ENABLED);
+    CU_OK(cuMemFree_v2(n1));
+    CU_OK(cuCtxPopCurrent_v2(&again));
+    CU_OK(cuDevicePrimaryCtxRetain(&again, 0));   /* made again, the same handle */
+    CHECK(again == c0);
+    CU_OK(cuCtxSynchronize());
+    CHECK_RC(cuMemFree_v2(n), CUDA_ERROR_INVALID_VALUE);
+    vmm_free(r, 2 * MiB, h);
+    check_no_leaks();
+}
+
 /* ---- native memory ---------------------------------------------------- */
 
 static void test_native(void)
@@ -986,11 +1031,13 @@ static void test_procaddr(void)
     CHECK(proc("cuStreamBeginCapture", 10000, PT, 0, OK) == sym(lib, "cuStreamBeginCapture_ptsz"));
     CHECK(proc("cuIpcOpenMemHandle", 11000, 0, 0, OK) == sym(lib, "cuIpcOpenMemHandle_v2"));
     CHECK(proc("cuIpcOpenMemHandle", 4010, 0, 0, OK) == sym(lib, "cuIpcOpenMemHandle"));
+    CHECK(proc("cuDevicePrimaryCtxReset", 11000, 0, 0, OK) == sym(lib, "cuDevicePrimaryCtxReset_v2"));
+    CHECK(proc("cuDevicePrimaryCtxReset", 10020, 0, 0, OK) == sym(lib, "cuDevicePrimaryCtxReset"));
     /* Every entry point of the driver list, by exact name (but those whose
      * base name is versioned). */
 #define SIM_VERSIONED(name)                                                    \
     (!strcmp(name, "cuGetProcAddress") || !strcmp(name, "cuStreamBeginCapture") ||         \
-     !strcmp(name, "cuIpcOpenMemHandle"))
+     !strcmp(name, "cuIpcOpenMemHandle") || !strcmp(name, "cuDevicePrimaryCtxReset"))
 #define SIM_CHECK_EXPORT(name)                                                 \
     CHECK(proc(#name, 13000, 0, 0, OK) == sym(lib, #name) || SIM_VERSIONED(#name));
     GVM_DRIVER_ALL(SIM_CHECK_EXPORT, SIM_CHECK_EXPORT)
@@ -1261,7 +1308,8 @@ int main(void)
         void (*fn)(void);
     } tests[] = {
         {"init", test_init},         {"devices", test_devices},
-        {"contexts", test_contexts}, {"native", test_native},
+        {"contexts", test_contexts}, {"primary_reset", test_primary_reset},
+        {"native", test_native},
         {"vmm_alias", test_vmm_alias}, {"vmm_refcount", test_vmm_refcount},
         {"vmm_rules", test_vmm_rules}, {"vmm_host", test_vmm_host},
         {"vmm_share", test_vmm_share},
