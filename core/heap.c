@@ -13,6 +13,7 @@
 #include "core/vamap.h"
 
 #include <string.h>
+#include <time.h>
 
 #define CACHE_BUCKETS 64
 
@@ -196,9 +197,17 @@ static size_t cache_evict(int device, size_t need, size_t limit)
     return freed;
 }
 
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
 /* Called with the heap lock held. */
 static void cache_insert(struct cache *c, struct gvm_region *r)
 {
+    r->cached_at = now_ns();
     unsigned b = bucket_of(r->mapped);
     r->next = c->bucket[b];
     c->bucket[b] = r;
@@ -576,6 +585,44 @@ size_t gvm_heap_idle_bytes(int device)
     size_t cached = caches[device].bytes;
     gvm_heap_unlock();
     return cached + gvm_slab_idle_bytes(device) + gvm_phys_pooled(device);
+}
+
+size_t gvm_heap_trim_idle(int device, uint64_t idle_ns)
+{
+    struct cache *c = &caches[device];
+    struct gvm_region *victims = NULL;
+    size_t freed = 0;
+    bool capturing = gvm_capture_open(device);
+    uint64_t now = now_ns();
+    gvm_heap_lock();
+    if (!c->fifo.lru_next) c->fifo.lru_next = c->fifo.lru_prev = &c->fifo;
+    /* Oldest first: the first one cached too recently ends the walk. */
+    for (struct gvm_region *r = c->fifo.lru_next; r != &c->fifo && r->cached_at + idle_ns <= now;) {
+        struct gvm_region *next = r->lru_next;
+        if (releasable(device, r, capturing)) {
+            cache_unlink(c, r);
+            freed += r->mapped;
+            r->next = victims;
+            victims = r;
+        }
+        r = next;
+    }
+    gvm_heap_unlock();
+    while (victims) {
+        struct gvm_region *r = victims;
+        victims = r->next;
+        region_dispose(r);
+    }
+    if (freed) gvm_debug("gave back %zu bytes cached on device %d for %.0f ms unused", freed, device, idle_ns / 1e6);
+    return freed;
+}
+
+size_t gvm_heap_cached_bytes(int device)
+{
+    gvm_heap_lock();
+    size_t n = caches[device].bytes;
+    gvm_heap_unlock();
+    return n;
 }
 
 size_t gvm_heap_trim(int loc)

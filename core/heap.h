@@ -70,6 +70,14 @@ size_t gvm_heap_idle_bytes(int device);
  * that none is (a no-op while one is, or when there are none). */
 void gvm_heap_settle_deferred(void);
 
+/* Gives back the freed allocations cached on device for idle_ns or more
+ * (waiting for the device, once, if their users may still run); returns
+ * the bytes released. */
+size_t gvm_heap_trim_idle(int device, uint64_t idle_ns);
+
+/* Bytes of freed allocations cached on device. */
+size_t gvm_heap_cached_bytes(int device);
+
 /* Gives idle memory on loc back to the driver; returns bytes freed. */
 size_t gvm_heap_trim(int loc);
 

@@ -620,6 +620,12 @@ static int check_option(int id, const union any_value *v, char *why, size_t n)
             return -1;
         }
         break;
+    case GVM_OPT_cache_idle:
+        if (v->v_millis > 3600000) {
+            gvm_cfg_bprintf(why, n, "must be at most 1h (3600s); 0 keeps freed memory until it is needed");
+            return -1;
+        }
+        break;
     case GVM_OPT_libcuda:
         if (!v->v_path[0]) {
             gvm_cfg_bprintf(why, n, "must not be empty");

@@ -49,6 +49,10 @@
       "it can grow in place, as a fraction of its size (0% to 1000%)")         \
     X(cache_limit, size_pct_dev, "10%", start,                                 \
       "freed allocations kept mapped for reuse, per device")                   \
+    X(cache_idle, millis, "100ms", live,                                       \
+      "a freed allocation kept for reuse goes back to the device after this "  \
+      "long unused, as a native free gives it back at once (0: kept until "    \
+      "memory is needed; up to 1h)")                                           \
     X(pool_limit, size_pct_dev, "5%", start,                                   \
       "ready physical pieces kept per device for migrations")                  \
     X(host_pool, size, "4G", start,                                            \

@@ -7,6 +7,7 @@
 #include "core/held.h"
 #include "core/log.h"
 #include "core/topo.h"
+#include "policy/idle.h"
 #include "policy/policy.h"
 #include "policy/promote.h"
 #include "policy/recur.h"
@@ -74,7 +75,12 @@ CUresult gvm_policy_alloc(size_t size, int device, CUcontext ctx, int tag, uintp
     return gvm_spill_alloc(size, device, ctx, tag, out);
 }
 
-CUresult gvm_policy_free(uintptr_t p) { return gvm_heap_free(p); }
+CUresult gvm_policy_free(uintptr_t p)
+{
+    CUresult rc = gvm_heap_free(p);
+    if (rc == CUDA_SUCCESS) gvm_idle_start();
+    return rc;
+}
 
 /* Room is made for memory the program creates itself as for an
  * allocation: idle memory goes back first, then, with spill on, gvmshim's

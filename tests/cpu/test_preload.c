@@ -1126,6 +1126,48 @@ static void device_reset_frees_the_programs_memory(void)
     }
 }
 
+/* Freed memory kept for reuse: reused by a loop that frees and allocates
+ * (no new physical memory), given back once unused for cache_idle (as a
+ * native free gives it back at once); with cache_idle 0, kept. */
+static int idle_workload(void)
+{
+    start();
+    size_t (*phys_bytes)(int) = sim_fn("simcuda_phys_bytes");
+    unsigned long (*calls_of)(const char *) = sim_fn("simcuda_calls_of");
+    const char *idle = getenv("GVM_CACHE_IDLE");
+    int kept = idle && !strcmp(idle, "0");
+    CUdeviceptr p[2];
+    for (int i = 0; i < 2; i++) CHECK_EQ(D(cuMemAlloc_v2, &p[i], 16 * MiB), CUDA_SUCCESS);
+    unsigned long creates = calls_of("cuMemCreate");
+    for (int round = 0; round < 200; round++)
+        for (int i = 0; i < 2; i++) {
+            CHECK_EQ(D(cuMemFree_v2, p[i]), CUDA_SUCCESS);
+            CHECK_EQ(D(cuMemAlloc_v2, &p[i], 16 * MiB), CUDA_SUCCESS);
+        }
+    CHECK_EQ(calls_of("cuMemCreate"), creates);
+    for (int i = 0; i < 2; i++) CHECK_EQ(D(cuMemFree_v2, p[i]), CUDA_SUCCESS);
+    CHECK(phys_bytes(0) >= 32 * MiB);   /* cached at first */
+    for (int waited = 0; waited < 2000 && phys_bytes(0) >= 32 * MiB; waited += 20) usleep(20 * 1000);
+    if (kept) {
+        CHECK(phys_bytes(0) >= 32 * MiB);
+    } else {
+        CHECK(phys_bytes(0) < 32 * MiB);
+        CHECK_EQ(D(cuMemAlloc_v2, &p[0], 16 * MiB), CUDA_SUCCESS);   /* made again */
+        CHECK_EQ(D(cuMemsetD8_v2, p[0], 1, 16 * MiB), CUDA_SUCCESS);
+        CHECK_EQ(D(cuMemFree_v2, p[0]), CUDA_SUCCESS);
+    }
+    return 0;
+}
+
+static void freed_memory_goes_back_once_idle(void)
+{
+    const char *defaults[] = {NULL};
+    const char *kept[] = {"GVM_CACHE_IDLE=0", NULL};
+    const char *quick[] = {"GVM_CACHE_IDLE=20ms", "GVM_DEVICE_LIMIT=0:64M", NULL};
+    const char *const *runs[] = {defaults, kept, quick};
+    for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) CHECK_EQ(run_self_envs("idle", runs[i], NULL, 0), 0);
+}
+
 /* Plain, spilling (eagerly and lazily), with pools; on device 0, and on
  * device 1 alone (a rank that set its device). */
 static void one_device_programs_leave_other_devices_alone(void)
@@ -1485,6 +1527,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(lazy_spills_are_mapped_for_what_reaches_them)
     TEST_ENTRY(one_device_programs_leave_other_devices_alone)
     TEST_ENTRY(device_reset_frees_the_programs_memory)
+    TEST_ENTRY(freed_memory_goes_back_once_idle)
     TEST_ENTRY(programs_own_device_memory_counts_under_the_limit)
     TEST_ENTRY(stream_ordered_memory_counts_and_spills)
     TEST_ENTRY(stats_json_is_written_at_exit)
@@ -1509,6 +1552,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "lazy")) exit(lazy_workload());
         if (!strcmp(argv[2], "one-device")) exit(one_device_workload());
         if (!strcmp(argv[2], "reset")) exit(reset_workload());
+        if (!strcmp(argv[2], "idle")) exit(idle_workload());
         if (!strcmp(argv[2], "host-copies")) exit(host_side_copies_workload());
         if (!strcmp(argv[2], "late-handler")) exit(late_handler_workload());
         if (!strcmp(argv[2], "fork")) exit(fork_workload());

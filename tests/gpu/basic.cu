@@ -12,6 +12,7 @@
 #include "gpu_test.h"
 
 #include <chrono>
+#include <thread>
 #include <vector>
 
 using namespace gt;
@@ -325,6 +326,33 @@ static void free_all()
     CK(cudaGetLastError());
 }
 
+/* Freed memory goes back to the GPU, as nvidia-smi shows it: natively at
+ * the free, under the shim once it has gone unused for cache_idle (100 ms). */
+static void freed_memory_goes_back()
+{
+    CK(cudaDeviceSynchronize());
+    size_t before = nvml_used(0);
+    if (!before) skip("NVML cannot say how much memory device 0 uses");
+    const size_t n = 2 * GiB;
+    void *p[3];
+    for (int i = 0; i < 3; i++) {
+        CK(cudaMalloc(&p[i], i == 2 ? 96 * MiB : n));
+        fill_bytes((uint8_t *)p[i], i == 2 ? 96 * MiB : n, 500 + i);
+    }
+    CK(cudaDeviceSynchronize());
+    size_t held = nvml_used(0);
+    EXPECT(held >= before + 2 * n, "NVML shows %zu MiB used, %zu MiB before 4 GiB were made", held >> 20,
+           before >> 20);
+    for (int i = 0; i < 3; i++) CK(cudaFree(p[i]));
+    size_t now = held;
+    for (int waited = 0; waited < 1000 && now > before + 64 * MiB; waited += 50) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        now = nvml_used(0);
+    }
+    EXPECT(now <= before + 64 * MiB, "1 s after freeing 4 GiB NVML shows %zu MiB used, %zu MiB before they were made",
+           now >> 20, before >> 20);
+}
+
 static void malloc_async()
 {
     int pools = 0;
@@ -458,6 +486,7 @@ int main()
     r.run("pitch_and_2d", pitch_and_2d);
     r.run("many_small_distinct", many_small_distinct);
     r.run("free_all", free_all);
+    r.run("freed_memory_goes_back", freed_memory_goes_back);
     r.run("malloc_async", malloc_async);
     r.run("mem_get_info", mem_get_info);
     r.run("free_while_kernel_runs", free_while_kernel_runs);

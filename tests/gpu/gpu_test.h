@@ -288,6 +288,32 @@ template <typename T> static inline T driver_fn(const char *name, int version = 
 
 typedef CUresult (*mem_get_address_range_fn)(CUdeviceptr *, size_t *, CUdeviceptr);
 
+/* ---- NVML: the GPU's used memory, as nvidia-smi shows it ------------------ */
+
+struct NvmlMemory {
+    unsigned long long total, free, used;
+};
+
+/* Bytes in use on device dev (all processes: the machine is ours), or 0
+ * when NVML cannot say. */
+static inline size_t nvml_used(int dev)
+{
+    static void *lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) return 0;
+    typedef int (*init_fn)(void);
+    typedef int (*by_bus_fn)(const char *, void **);
+    typedef int (*mem_fn)(void *, NvmlMemory *);
+    static init_fn init = (init_fn)dlsym(lib, "nvmlInit_v2");
+    static by_bus_fn by_bus = (by_bus_fn)dlsym(lib, "nvmlDeviceGetHandleByPciBusId_v2");
+    static mem_fn mem = (mem_fn)dlsym(lib, "nvmlDeviceGetMemoryInfo");
+    static bool up = init && by_bus && mem && init() == 0;
+    char bus[32];
+    void *h = nullptr;
+    NvmlMemory m;
+    if (!up || cudaDeviceGetPCIBusId(bus, sizeof bus, dev) != cudaSuccess || by_bus(bus, &h) || mem(h, &m)) return 0;
+    return m.used;
+}
+
 /* ---- patterns ------------------------------------------------------------ */
 
 __host__ __device__ static inline uint8_t byte_pattern(uint64_t i, uint32_t seed)
