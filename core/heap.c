@@ -613,16 +613,11 @@ size_t gvm_heap_trim_idle(int device, uint64_t idle_ns)
         victims = r->next;
         region_dispose(r);
     }
-    if (freed) gvm_debug("gave back %zu bytes cached on device %d for %.0f ms unused", freed, device, idle_ns / 1e6);
+    /* Their pieces went to the pool, which gives back what it keeps as
+     * long unused (a round later for these). */
+    freed += gvm_phys_trim_idle(device, idle_ns);
+    if (freed) gvm_debug("gave back %zu bytes idle on device %d for %.0f ms", freed, device, idle_ns / 1e6);
     return freed;
-}
-
-size_t gvm_heap_cached_bytes(int device)
-{
-    gvm_heap_lock();
-    size_t n = caches[device].bytes;
-    gvm_heap_unlock();
-    return n;
 }
 
 size_t gvm_heap_trim(int loc)

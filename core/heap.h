@@ -71,12 +71,10 @@ size_t gvm_heap_idle_bytes(int device);
 void gvm_heap_settle_deferred(void);
 
 /* Gives back the freed allocations cached on device for idle_ns or more
- * (waiting for the device, once, if their users may still run); returns
- * the bytes released. */
+ * (waiting for the device, once, if their users may still run), and the
+ * device's pooled pieces when none came or went for as long; returns the
+ * bytes released. */
 size_t gvm_heap_trim_idle(int device, uint64_t idle_ns);
-
-/* Bytes of freed allocations cached on device. */
-size_t gvm_heap_cached_bytes(int device);
 
 /* Gives idle memory on loc back to the driver; returns bytes freed. */
 size_t gvm_heap_trim(int loc);

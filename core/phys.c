@@ -22,10 +22,18 @@ struct pool {
     bool prefilled;          /* a prefill was started (once per process) */
     bool hinted;             /* a prefill was asked for before the core ran */
     bool fill_failed;        /* a prefill's creation failed: its other threads stop too */
+    uint64_t used_ns;        /* CLOCK_MONOTONIC when a piece last came or went */
 };
 
 static struct pool pools[GVM_LOC_SLOTS];
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static uint64_t mono_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
 
 static void fill_prop(int loc, CUmemAllocationProp *p)
 {
@@ -180,6 +188,7 @@ struct gvm_phys *gvm_phys_pool_take(int loc, size_t size, bool staging, bool cop
         *best = p->next;
         pl->bytes -= p->size;
         p->next = NULL;
+        pl->used_ns = mono_ns();
     }
     pthread_mutex_unlock(&pool_lock);
     return p;
@@ -241,6 +250,7 @@ void gvm_phys_put(struct gvm_phys *p)
         p->next = pl->head;
         pl->head = p;
         pl->bytes += p->size;
+        pl->used_ns = mono_ns();
     } else {
         out = p;
         p->next = NULL;
@@ -270,6 +280,15 @@ size_t gvm_phys_trim(int loc, size_t bytes)
         gvm_phys_destroy(p);
     }
     return freed;
+}
+
+size_t gvm_phys_trim_idle(int loc, uint64_t idle_ns)
+{
+    struct pool *pl = &pools[gvm_loc_slot(loc)];
+    pthread_mutex_lock(&pool_lock);
+    bool idle = pl->bytes && !pl->filling && pl->used_ns + idle_ns <= mono_ns();
+    pthread_mutex_unlock(&pool_lock);
+    return idle ? gvm_phys_trim(loc, SIZE_MAX) : 0;
 }
 
 size_t gvm_phys_pooled(int loc)
@@ -353,12 +372,6 @@ static void fill_deliver(struct pool *pl, struct gvm_phys *p, size_t piece)
 static int moves_running;
 static uint64_t last_move_end_ns;   /* CLOCK_MONOTONIC */
 
-static uint64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 void gvm_phys_moves(int delta)
 {

@@ -115,6 +115,10 @@ void gvm_phys_put(struct gvm_phys *p);
  * Returns the bytes freed. */
 size_t gvm_phys_trim(int loc, size_t bytes);
 
+/* Destroys every piece pooled at loc when none came or went for idle_ns
+ * (and no prefill is filling it). Returns the bytes freed. */
+size_t gvm_phys_trim_idle(int loc, uint64_t idle_ns);
+
 /* Bytes held in the pool at loc. */
 size_t gvm_phys_pooled(int loc);
 

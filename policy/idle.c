@@ -1,5 +1,6 @@
 /* The giver-back: a thread that hands the device the freed allocations the
- * heap cached (core/heap.h) once they have gone unused for cache_idle. A
+ * heap cached (core/heap.h), and the pieces pooled for moves, once they
+ * have gone unused for cache_idle. A
  * program that frees and allocates in a loop reuses them long before
  * that; one that frees and moves on (torch.cuda.empty_cache, the end of a
  * phase) sees its memory go, as natively, within cache_idle. Giving back
@@ -57,8 +58,7 @@ static void *give_back(void *arg)
             pthread_mutex_unlock(&round_lock);
             return NULL;
         }
-        for (int d = 0; d < gvm_topo.ndev; d++)
-            if (gvm_heap_cached_bytes(d)) gvm_heap_trim_idle(d, idle * 1000000u);
+        for (int d = 0; d < gvm_topo.ndev; d++) gvm_heap_trim_idle(d, idle * 1000000u);
         pthread_mutex_unlock(&round_lock);
     }
 }

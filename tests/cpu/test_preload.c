@@ -1164,7 +1164,8 @@ static void freed_memory_goes_back_once_idle(void)
     const char *defaults[] = {NULL};
     const char *kept[] = {"GVM_CACHE_IDLE=0", NULL};
     const char *quick[] = {"GVM_CACHE_IDLE=20ms", "GVM_DEVICE_LIMIT=0:64M", NULL};
-    const char *const *runs[] = {defaults, kept, quick};
+    const char *pooled[] = {"GVM_POOL_LIMIT=64M", NULL};   /* the pieces pass through the pool */
+    const char *const *runs[] = {defaults, kept, quick, pooled};
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) CHECK_EQ(run_self_envs("idle", runs[i], NULL, 0), 0);
 }
 
