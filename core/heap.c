@@ -168,9 +168,23 @@ static void region_dispose(struct gvm_region *r)
     if (region_release(r)) gvm_region_recycle(r);
 }
 
-/* Evicts the oldest cached regions of device until `need` more bytes fit
- * under `limit` (limit SIZE_MAX-safe). Returns the bytes released. */
-static size_t cache_evict(int device, size_t need, size_t limit)
+/* What ends an eviction walk: room for `need` under `limit`, or (with
+ * `cached_before` nonzero) a region cached at or after it. */
+struct evict_until {
+    size_t need, limit;
+    uint64_t cached_before;
+};
+
+static bool evict_more(const struct cache *c, const struct gvm_region *r, const struct evict_until *u)
+{
+    if (u->cached_before) return r->cached_at < u->cached_before;
+    return c->bytes + u->need > u->limit || u->need > u->limit;
+}
+
+/* Releases cached regions of device, oldest first, until u says stop
+ * (those whose users may still run while no wait is allowed are skipped).
+ * Returns the bytes released. */
+static size_t cache_evict_until(int device, const struct evict_until *u)
 {
     struct cache *c = &caches[device];
     struct gvm_region *victims = NULL;
@@ -178,7 +192,7 @@ static size_t cache_evict(int device, size_t need, size_t limit)
     bool capturing = gvm_capture_open(device);
     gvm_heap_lock();
     if (!c->fifo.lru_next) c->fifo.lru_next = c->fifo.lru_prev = &c->fifo;
-    for (struct gvm_region *r = c->fifo.lru_next; r != &c->fifo && (c->bytes + need > limit || need > limit);) {
+    for (struct gvm_region *r = c->fifo.lru_next; r != &c->fifo && evict_more(c, r, u);) {
         struct gvm_region *next = r->lru_next;
         if (releasable(device, r, capturing)) {
             cache_unlink(c, r);
@@ -195,6 +209,14 @@ static size_t cache_evict(int device, size_t need, size_t limit)
         region_dispose(r);
     }
     return freed;
+}
+
+/* Evicts the oldest cached regions of device until `need` more bytes fit
+ * under `limit` (limit SIZE_MAX-safe). Returns the bytes released. */
+static size_t cache_evict(int device, size_t need, size_t limit)
+{
+    struct evict_until u = {.need = need, .limit = limit};
+    return cache_evict_until(device, &u);
 }
 
 static uint64_t now_ns(void)
@@ -589,30 +611,9 @@ size_t gvm_heap_idle_bytes(int device)
 
 size_t gvm_heap_trim_idle(int device, uint64_t idle_ns)
 {
-    struct cache *c = &caches[device];
-    struct gvm_region *victims = NULL;
-    size_t freed = 0;
-    bool capturing = gvm_capture_open(device);
     uint64_t now = now_ns();
-    gvm_heap_lock();
-    if (!c->fifo.lru_next) c->fifo.lru_next = c->fifo.lru_prev = &c->fifo;
-    /* Oldest first: the first one cached too recently ends the walk. */
-    for (struct gvm_region *r = c->fifo.lru_next; r != &c->fifo && r->cached_at + idle_ns <= now;) {
-        struct gvm_region *next = r->lru_next;
-        if (releasable(device, r, capturing)) {
-            cache_unlink(c, r);
-            freed += r->mapped;
-            r->next = victims;
-            victims = r;
-        }
-        r = next;
-    }
-    gvm_heap_unlock();
-    while (victims) {
-        struct gvm_region *r = victims;
-        victims = r->next;
-        region_dispose(r);
-    }
+    struct evict_until u = {.cached_before = now > idle_ns ? now - idle_ns + 1 : 1};
+    size_t freed = cache_evict_until(device, &u);
     /* Their pieces went to the pool, which gives back what it keeps as
      * long unused (a round later for these). */
     freed += gvm_phys_trim_idle(device, idle_ns);

@@ -15,8 +15,6 @@
  * capture must spill while it is open. Exit 77 without a GPU. */
 #include "gpu_test.h"
 
-#include <sys/wait.h>
-
 #include <string>
 #include <vector>
 
@@ -142,49 +140,12 @@ static int child(const std::string &name)
 
 /* ---- the parent ----------------------------------------------------------- */
 
-static int run_self(const char *exe, const std::string &name, const char *preload, std::string &out)
+static void scenario_env(const std::string &name)
 {
-    int fds[2];
-    if (pipe(fds)) return -1;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 1);
-        close(fds[0]);
-        if (preload) setenv("LD_PRELOAD", preload, 1);
-        else unsetenv("LD_PRELOAD");
-        if (name == "spill") {
-            setenv("GVM_DEVICE_LIMIT", "0:1G", 1);
-            setenv("GVM_SPILL", "host", 1);
-        }
-        execl(exe, exe, "--child", name.c_str(), (char *)nullptr);
-        _exit(127);
+    if (name == "spill") {
+        setenv("GVM_DEVICE_LIMIT", "0:1G", 1);
+        setenv("GVM_SPILL", "host", 1);
     }
-    close(fds[1]);
-    char buf[4096];
-    ssize_t n;
-    out.clear();
-    while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, (size_t)n);
-    close(fds[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-/* The call results: every line but the runner's own. */
-static std::string calls_of(const std::string &out)
-{
-    std::string r;
-    size_t pos = 0;
-    while (pos < out.size()) {
-        size_t end = out.find('\n', pos);
-        if (end == std::string::npos) end = out.size();
-        std::string line = out.substr(pos, end - pos);
-        if (line.rfind("PASS", 0) && line.rfind("FAIL", 0) && line.find(" passed, ") == std::string::npos)
-            r += line + "\n";
-        pos = end + 1;
-    }
-    return r;
 }
 
 int main(int argc, char **argv)
@@ -200,12 +161,12 @@ int main(int argc, char **argv)
     int passed = 0, failed = 0;
     for (const char *name : {"global", "thread-local", "relaxed", "torch", "spill"}) {
         std::string native, shim;
-        int rn = run_self("/proc/self/exe", name, nullptr, native);
+        int rn = run_self_child(name, nullptr, scenario_env, native, false);
         if (rn == 77) {
             printf("%s", native.c_str());
             return 77;
         }
-        int rs = run_self("/proc/self/exe", name, preload.c_str(), shim);
+        int rs = run_self_child(name, preload.c_str(), scenario_env, shim, false);
         bool same = calls_of(native) == calls_of(shim);
         bool ok = rn == 0 && rs == 0 && same;
         printf("%s %s\n", ok ? "PASS" : "FAIL", name);

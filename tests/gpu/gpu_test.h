@@ -20,6 +20,7 @@
 #include <cuda_runtime.h>
 #include <dlfcn.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -312,6 +313,57 @@ static inline size_t nvml_used(int dev)
     NvmlMemory m;
     if (!up || cudaDeviceGetPCIBusId(bus, sizeof bus, dev) != cudaSuccess || by_bus(bus, &h) || mem(h, &m)) return 0;
     return m.used;
+}
+
+/* ---- programs that compare themselves with a native run ------------------- */
+
+/* Runs this program again as "--child name", with LD_PRELOAD set to preload
+ * (nullptr: unset) and the scenario's variables set by env (may be
+ * nullptr); its stdout (and its stderr too, with merge_stderr) into out.
+ * Returns its exit status (128 + the signal that ended it). */
+static inline int run_self_child(const std::string &name, const char *preload, void (*env)(const std::string &),
+                                 std::string &out, bool merge_stderr)
+{
+    int fds[2];
+    if (pipe(fds)) return -1;
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        if (merge_stderr) dup2(fds[1], 2);
+        close(fds[0]);
+        if (preload) setenv("LD_PRELOAD", preload, 1);
+        else unsetenv("LD_PRELOAD");
+        if (env) env(name);
+        execl("/proc/self/exe", "child", "--child", name.c_str(), (char *)nullptr);
+        _exit(127);
+    }
+    close(fds[1]);
+    char buf[4096];
+    ssize_t n;
+    out.clear();
+    while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, (size_t)n);
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* What a child printed but the runner's own lines (PASS/FAIL, the count):
+ * the part a native and a shim run must agree on. */
+static inline std::string calls_of(const std::string &out)
+{
+    std::string r;
+    size_t pos = 0;
+    while (pos < out.size()) {
+        size_t end = out.find('\n', pos);
+        if (end == std::string::npos) end = out.size();
+        std::string line = out.substr(pos, end - pos);
+        if (line.rfind("PASS", 0) && line.rfind("FAIL", 0) && line.find(" passed, ") == std::string::npos)
+            r += line + "\n";
+        pos = end + 1;
+    }
+    return r;
 }
 
 /* ---- patterns ------------------------------------------------------------ */

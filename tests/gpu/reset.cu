@@ -14,8 +14,6 @@
  * Exit 77 without a GPU. The peer scenario needs two (skipped on one). */
 #include "gpu_test.h"
 
-#include <sys/wait.h>
-
 #include <string>
 #include <vector>
 
@@ -228,50 +226,6 @@ static void scenario_env(const std::string &name)
     if (name == "spill-lazy") setenv("GVM_SPILL_HOST_MAP", "lazy", 1);
 }
 
-/* Runs one scenario in a child, stdout and stderr into out. */
-static int run_self(const std::string &name, const char *preload, std::string &out)
-{
-    int fds[2];
-    if (pipe(fds)) return -1;
-    fflush(stdout);
-    pid_t pid = fork();
-    if (pid == 0) {
-        dup2(fds[1], 1);
-        dup2(fds[1], 2);
-        close(fds[0]);
-        if (preload) setenv("LD_PRELOAD", preload, 1);
-        else unsetenv("LD_PRELOAD");
-        scenario_env(name);
-        execl("/proc/self/exe", "reset", "--child", name.c_str(), (char *)nullptr);
-        _exit(127);
-    }
-    close(fds[1]);
-    char buf[4096];
-    ssize_t n;
-    out.clear();
-    while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, (size_t)n);
-    close(fds[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-}
-
-/* The call results and anything else printed: every line but the runner's. */
-static std::string calls_of(const std::string &out)
-{
-    std::string r;
-    size_t pos = 0;
-    while (pos < out.size()) {
-        size_t end = out.find('\n', pos);
-        if (end == std::string::npos) end = out.size();
-        std::string line = out.substr(pos, end - pos);
-        if (line.rfind("PASS", 0) && line.rfind("FAIL", 0) && line.find(" passed, ") == std::string::npos)
-            r += line + "\n";
-        pos = end + 1;
-    }
-    return r;
-}
-
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--child")) return child(argv[2]);
@@ -285,12 +239,12 @@ int main(int argc, char **argv)
     int passed = 0, failed = 0;
     for (const char *name : {"exit", "again", "spill", "spill-lazy", "stale", "peer"}) {
         std::string native, shim;
-        int rn = run_self(name, nullptr, native);
+        int rn = run_self_child(name, nullptr, scenario_env, native, true);
         if (rn == 77) {
             printf("%s", native.c_str());
             return 77;
         }
-        int rs = run_self(name, preload.c_str(), shim);
+        int rs = run_self_child(name, preload.c_str(), scenario_env, shim, true);
         bool same = calls_of(native) == calls_of(shim);
         bool ok = rn == 0 && rs == 0 && same;
         printf("%s %s\n", ok ? "PASS" : "FAIL", name);
