@@ -151,28 +151,5 @@ static void scenario_env(const std::string &name)
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--child")) return child(argv[2]);
-    const char *lib = getenv("GVM_TEST_LIB");
-    if (!lib || !*lib) lib = getenv("LD_PRELOAD");
-    if (!lib || !*lib) {
-        printf("SKIP: no shim to compare with (set GVM_TEST_LIB or LD_PRELOAD)\n0 passed, 0 failed\n");
-        return 77;
-    }
-    std::string preload = lib;
-    int passed = 0, failed = 0;
-    for (const char *name : {"global", "thread-local", "relaxed", "torch", "spill"}) {
-        std::string native, shim;
-        int rn = run_self_child(name, nullptr, scenario_env, native, false);
-        if (rn == 77) {
-            printf("%s", native.c_str());
-            return 77;
-        }
-        int rs = run_self_child(name, preload.c_str(), scenario_env, shim, false);
-        bool same = calls_of(native) == calls_of(shim);
-        bool ok = rn == 0 && rs == 0 && same;
-        printf("%s %s\n", ok ? "PASS" : "FAIL", name);
-        if (!ok) printf("  native (exit %d):\n%s  under the shim (exit %d):\n%s", rn, native.c_str(), rs, shim.c_str());
-        ok ? passed++ : failed++;
-    }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return compare_with_native({"global", "thread-local", "relaxed", "torch", "spill"}, scenario_env, false);
 }

@@ -366,6 +366,38 @@ static inline std::string calls_of(const std::string &out)
     return r;
 }
 
+/* The parent of such a program: every scenario natively, then under the
+ * shim (GVM_TEST_LIB, else the LD_PRELOAD it was started with); a scenario
+ * passes when both runs exit 0 and print the same. Returns the program's
+ * exit status (77: no shim to compare with, or no GPU). */
+static inline int compare_with_native(const std::vector<const char *> &names, void (*env)(const std::string &),
+                                      bool merge_stderr)
+{
+    const char *lib = getenv("GVM_TEST_LIB");
+    if (!lib || !*lib) lib = getenv("LD_PRELOAD");
+    if (!lib || !*lib) {
+        printf("SKIP: no shim to compare with (set GVM_TEST_LIB or LD_PRELOAD)\n0 passed, 0 failed\n");
+        return 77;
+    }
+    std::string preload = lib;
+    int passed = 0, failed = 0;
+    for (const char *name : names) {
+        std::string native, shim;
+        int rn = run_self_child(name, nullptr, env, native, merge_stderr);
+        if (rn == 77) {
+            printf("%s", native.c_str());
+            return 77;
+        }
+        int rs = run_self_child(name, preload.c_str(), env, shim, merge_stderr);
+        bool ok = rn == 0 && rs == 0 && calls_of(native) == calls_of(shim);
+        printf("%s %s\n", ok ? "PASS" : "FAIL", name);
+        if (!ok) printf("  native (exit %d):\n%s  under the shim (exit %d):\n%s", rn, native.c_str(), rs, shim.c_str());
+        ok ? passed++ : failed++;
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
+
 /* ---- patterns ------------------------------------------------------------ */
 
 __host__ __device__ static inline uint8_t byte_pattern(uint64_t i, uint32_t seed)
