@@ -63,6 +63,14 @@ static void *give_back(void *arg)
     }
 }
 
+void gvm_idle_hold(bool on)
+{
+    if (on)
+        pthread_mutex_lock(&round_lock);
+    else
+        pthread_mutex_unlock(&round_lock);
+}
+
 void gvm_idle_start(void)
 {
     static bool started;

@@ -4,8 +4,15 @@
 #ifndef GVM_POLICY_IDLE_H
 #define GVM_POLICY_IDLE_H
 
+#include <stdbool.h>
+
 /* Starts the background thread that gives it back (policy/idle.c), once;
  * called at the program's frees. */
 void gvm_idle_start(void);
+
+/* Waits for a round under way and keeps the next from starting (on), or
+ * lets rounds run again (off): a device reset frees the memory itself and
+ * must find no round half done. */
+void gvm_idle_hold(bool on);
 
 #endif

@@ -6,17 +6,21 @@
 #include "preload/shim.h"
 
 #include "core/reset.h"
+#include "policy/idle.h"
 
 static CUresult reset(CUresult(CUDAAPI *real)(CUdevice), CUdevice dev)
 {
     if (!real) return CUDA_ERROR_NOT_SUPPORTED;
     if (!gvm_shim_active() || dev < 0 || dev >= gvm_topo.ndev) return real(dev);
     CUcontext ctx = gvm_topo_primary(dev);
+    gvm_idle_hold(true);   /* no give-back round half done under the reset */
     CUresult rc = real(dev);
-    if (rc != CUDA_SUCCESS) return rc;
-    if (ctx) gvm_shim_peer_forget(ctx);
-    gvm_shim_ordered_forget(dev);
-    gvm_reset_device(dev, ctx);
+    if (rc == CUDA_SUCCESS) {
+        if (ctx) gvm_shim_peer_forget(ctx);
+        gvm_shim_ordered_forget(dev);
+        gvm_reset_device(dev, ctx);
+    }
+    gvm_idle_hold(false);
     return rc;
 }
 
