@@ -32,6 +32,18 @@ static void gvm_heap_unlock(void) { pthread_mutex_unlock(&heap_mutex); }
 
 static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
+static uint64_t now_ns(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
+}
+
+/* cache_idle in ns (0: off), set by the policy (gvm_heap_set_cache_idle). */
+static uint64_t cache_idle_ns;
+
+void gvm_heap_set_cache_idle(uint64_t ns) { __atomic_store_n(&cache_idle_ns, ns, __ATOMIC_RELAXED); }
+
 size_t gvm_heap_headroom(size_t rounded)
 {
     double extra = gvm_settings.headroom * (double)rounded;
@@ -219,13 +231,6 @@ static size_t cache_evict(int device, size_t need, size_t limit)
     return cache_evict_until(device, &u);
 }
 
-static uint64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
-
 /* Called with the heap lock held. */
 static void cache_insert(struct cache *c, struct gvm_region *r)
 {
@@ -314,6 +319,7 @@ static CUresult alloc_large(size_t size, int device, CUcontext ctx, const struct
     GVM_STORE(r->size, size);
     GVM_STORE(r->tag, tag);
     GVM_STORE(r->flags, 0u);
+    r->served_at = now_ns();
     GVM_STORE(r->buffer_id, gvm_next_buffer_id());
     GVM_STORE(r->last_use, gvm_clock_tick());   /* a new allocation is about to be used */
     GVM_STORE(r->nlaunches, 0u);                /* a new buffer: its uses start now */
@@ -534,12 +540,26 @@ static CUresult free_small(struct gvm_region *r, uintptr_t p)
     return rc;
 }
 
+/* Whether r lived past cache_idle: then its free gives the memory back at
+ * once, as a native free does (nvidia-smi and other processes see it go);
+ * a loop that frees and allocates again sooner keeps reusing the cache,
+ * and a slower one loses little by making its memory anew. A free that
+ * must not wait (stream-ordered, or beside an open capture) caches it
+ * anyway: the give-back returns it later. */
+static bool long_lived(const struct gvm_region *r)
+{
+    uint64_t idle = __atomic_load_n(&cache_idle_ns, __ATOMIC_RELAXED);
+    if (!idle || !gvm_topo_reuse_waits() || gvm_capture_open(r->device)) return false;
+    return now_ns() - r->served_at >= idle;
+}
+
 /* Sets *dead when r was released: the caller recycles it after unlocking. */
 static CUresult free_large(struct gvm_region *r, uintptr_t p, bool *dead)
 {
     if (p != r->base) return p < r->base + r->size ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_FOUND;
+    bool give_back = long_lived(r);
     bool cacheable = !r->aliases && r->home == r->device && !(r->flags & (GVM_RF_PAUSED | GVM_RF_SHARED)) &&
-                     gvm_region_location(r) == r->device;
+                     gvm_region_location(r) == r->device && !give_back;
     if (cacheable) {
         /* Kept mapped and not reused before the device settles. */
         r->freed_at = gvm_topo_epoch(r->device);
@@ -572,6 +592,7 @@ static CUresult free_large(struct gvm_region *r, uintptr_t p, bool *dead)
         defer(r);
         return CUDA_SUCCESS;
     }
+    if (give_back) r->flags |= GVM_RF_GIVE_BACK;
     __atomic_store_n(&r->state, GVM_REGION_FREE, __ATOMIC_RELEASE);
     *dead = region_release(r);
     return CUDA_SUCCESS;

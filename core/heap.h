@@ -70,6 +70,10 @@ size_t gvm_heap_idle_bytes(int device);
  * that none is (a no-op while one is, or when there are none). */
 void gvm_heap_settle_deferred(void);
 
+/* A large allocation freed cache_idle (ns; 0: never) or longer after it
+ * was served is given back at once rather than cached. */
+void gvm_heap_set_cache_idle(uint64_t ns);
+
 /* Gives back the freed allocations cached on device for idle_ns or more
  * (waiting for the device, once, if their users may still run), and the
  * device's pooled pieces when none came or went for as long; returns the

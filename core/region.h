@@ -42,6 +42,9 @@ enum gvm_region_flags {
      * answers GVM_ERR_BUSY), its pieces are never pooled or cached for
      * reuse, until the region is destroyed. */
     GVM_RF_SHARED = 32,
+    /* Freed long after it was served (core/heap.c): its pieces go back to
+     * the driver, not to the pool, as a native free gives memory back. */
+    GVM_RF_GIVE_BACK = 64,
 };
 
 /* Runs of launches a region remembers (policy/recur.c: uses close
@@ -88,6 +91,7 @@ struct gvm_region {
     uint64_t freed_at;           /* gvm_topo_epoch of its device when the program freed it */
     uint64_t freed_on;           /* the stream it was freed in order on (topo.h), 0: none */
     uint64_t cached_at;          /* CLOCK_MONOTONIC ns when it entered the cache */
+    uint64_t served_at;          /* CLOCK_MONOTONIC ns when its allocation was served */
     CUresult last_error;         /* driver error of the last failed operation */
     struct gvm_usemark usemark;  /* its last uses (core/usemark.h); events kept across reuse */
     struct gvm_region *next;     /* free list / cache list */

@@ -275,6 +275,7 @@ static int apply(const struct gvm_config *cur, struct gvm_config *next, const st
         return st;
     }
     if (next->log != cur->log) gvm_log_set_level((int)next->log);
+    gvm_heap_set_cache_idle(next->cache_idle * 1000000u);
     if (next->spill.n && next->promote) gvm_promoter_start();
     report(cur, next, items, n, moved, out);
     return GVM_OK;

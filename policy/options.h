@@ -50,9 +50,10 @@
     X(cache_limit, size_pct_dev, "10%", start,                                 \
       "freed allocations kept mapped for reuse, per device")                   \
     X(cache_idle, millis, "100ms", live,                                       \
-      "a freed allocation kept for reuse goes back to the device after this "  \
-      "long unused, as a native free gives it back at once (0: kept until "    \
-      "memory is needed; up to 1h)")                                           \
+      "as a native free gives memory back at once: an allocation freed this "  \
+      "long or longer after it was made goes back to the device at its free, " \
+      "and one kept for reuse goes back after this long unused (0: kept "      \
+      "until memory is needed; up to 1h)")                                     \
     X(pool_limit, size_pct_dev, "5%", start,                                   \
       "ready physical pieces kept per device for migrations")                  \
     X(host_pool, size, "4G", start,                                            \

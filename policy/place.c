@@ -23,6 +23,7 @@ CUresult gvm_policy_start(const struct gvm_config *cfg)
     for (int d = 0; d < gvm_topo.ndev; d++) gvm_policy_set_limit(d, gvm_held_cap(d));
     gvm_policy_set_limit(GVM_LOC_HOST, gvm_held_cap(GVM_LOC_HOST));
     gvm_recur_reset();   /* a new policy learns the program afresh */
+    gvm_heap_set_cache_idle(cfg->cache_idle * 1000000u);
     if (cfg->spill.n && cfg->promote) gvm_promoter_start();
     return CUDA_SUCCESS;
 }

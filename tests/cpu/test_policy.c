@@ -60,6 +60,7 @@ static void no_idle_memory_limited(struct gvm_settings *s)
 static void start_policy(const char *const *kv)
 {
     gvm_config_defaults(&cfg);
+    cfg.cache_idle = 0;   /* frees cache as they did, however slowly a sanitizer runs */
     for (; kv && kv[0]; kv += 2) set(kv[0], kv[1]);
     sim_start(2, 512 * MiB, no_idle_memory_limited);
     CHECK_EQ(gvm_policy_start(&cfg), CUDA_SUCCESS);
@@ -897,6 +898,7 @@ static void no_registering(struct gvm_settings *s)
 static void first_unmapped_pause(bool registered)
 {
     gvm_config_defaults(&cfg);
+    cfg.cache_idle = 0;   /* frees cache as they did, however slowly a sanitizer runs */
     sim_start(2, 512 * MiB, registered ? no_idle_memory_limited : no_registering);
     CHECK_EQ(gvm_policy_start(&cfg), CUDA_SUCCESS);
     struct leaks base = leaks_now();
@@ -1003,6 +1005,7 @@ static void pause_unmapped_failure_at_every_call(void)
     /* Small blocks: every round copies the allocation several times, and
      * at 200 MiB in 64 MiB blocks the case alone took 149 s under TSan. */
     gvm_config_defaults(&cfg);
+    cfg.cache_idle = 0;   /* frees cache as they did, however slowly a sanitizer runs */
     sim_start(2, 512 * MiB, small_blocks);
     CHECK_EQ(gvm_policy_start(&cfg), CUDA_SUCCESS);
     CHECK_EQ(gvm_tag_push("w"), GVM_OK);
@@ -1218,6 +1221,7 @@ static void resume_at_the_limit_failure_at_every_call(void)
 static void threshold_rule_places_large_allocations_in_host_memory(void)
 {
     gvm_config_defaults(&cfg);
+    cfg.cache_idle = 0;   /* frees cache as they did, however slowly a sanitizer runs */
     char err[GVM_CFG_ERR_MAX];
     CHECK_EQ(gvm_config_parse_text(&cfg,
                                    "[rule big-in-host]\nsize = 32M-\nplace = host\n"
@@ -1282,6 +1286,7 @@ static void idle_memory_default_limited(struct gvm_settings *s) { limits_from_cf
 static void start_limited_with(const char *const *kv, void (*tune)(struct gvm_settings *))
 {
     gvm_config_defaults(&cfg);
+    cfg.cache_idle = 0;   /* frees cache as they did, however slowly a sanitizer runs */
     for (; kv && kv[0]; kv += 2) set(kv[0], kv[1]);
     sim_start(2, 512 * MiB, tune);
     CHECK_EQ(gvm_policy_start(&cfg), CUDA_SUCCESS);
@@ -1358,6 +1363,7 @@ static void churn_at(double ratio, void (*tune)(struct gvm_settings *))
 {
     const char *kv[] = {"device_limit", "0:32M", "spill", "host", "promote_interval", "1ms", NULL};
     gvm_config_defaults(&cfg);
+    cfg.cache_idle = 0;   /* frees cache as they did, however slowly a sanitizer runs */
     for (const char *const *p = kv; p[0]; p += 2) set(p[0], p[1]);
     sim_start(2, 512 * MiB, tune);
     CHECK_EQ(gvm_policy_start(&cfg), CUDA_SUCCESS);

@@ -1190,8 +1190,9 @@ static void device_reset_survives_a_failure_at_every_call(void)
 }
 
 /* Freed memory kept for reuse: reused by a loop that frees and allocates
- * (no new physical memory), given back once unused for cache_idle (as a
- * native free gives it back at once); with cache_idle 0, kept. */
+ * (no new physical memory), given back once unused for cache_idle, and at
+ * its free when it lived longer than that (as a native free gives memory
+ * back at once); with cache_idle 0, kept. */
 static int idle_workload(void)
 {
     start();
@@ -1200,6 +1201,15 @@ static int idle_workload(void)
     const char *idle = getenv("GVM_CACHE_IDLE");
     int kept = idle && !strcmp(idle, "0");
     CUdeviceptr p[2];
+    /* Memory that lived past cache_idle goes back at its free. */
+    CHECK_EQ(D(cuMemAlloc_v2, &p[0], 16 * MiB), CUDA_SUCCESS);
+    size_t held = phys_bytes(0);
+    usleep(250 * 1000);
+    CHECK_EQ(D(cuMemFree_v2, p[0]), CUDA_SUCCESS);
+    if (kept || getenv("IDLE_LOOP"))
+        CHECK_EQ(phys_bytes(0), held);
+    else
+        CHECK(phys_bytes(0) <= held - 16 * MiB);
     for (int i = 0; i < 2; i++) CHECK_EQ(D(cuMemAlloc_v2, &p[i], 16 * MiB), CUDA_SUCCESS);
     unsigned long creates = calls_of("cuMemCreate");
     for (int round = 0; round < 200; round++)
@@ -1226,10 +1236,10 @@ static int idle_workload(void)
 
 static void freed_memory_goes_back_once_idle(void)
 {
-    const char *defaults[] = {NULL};
+    const char *defaults[] = {"GVM_CACHE_IDLE=100ms", NULL};   /* the default; the suite runs with 0 */
     const char *kept[] = {"GVM_CACHE_IDLE=0", "IDLE_LOOP=1", NULL};
     const char *quick[] = {"GVM_CACHE_IDLE=20ms", "GVM_DEVICE_LIMIT=0:64M", NULL};
-    const char *pooled[] = {"GVM_POOL_LIMIT=64M", NULL};   /* the pieces pass through the pool */
+    const char *pooled[] = {"GVM_CACHE_IDLE=100ms", "GVM_POOL_LIMIT=64M", NULL};
     const char *looped[] = {"GVM_CACHE_IDLE=2s", "IDLE_LOOP=1", NULL};
     const char *const *runs[] = {defaults, kept, quick, pooled, looped};
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) CHECK_EQ(run_self_envs("idle", runs[i], NULL, 0), 0);
