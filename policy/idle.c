@@ -45,7 +45,7 @@ static void nap(uint64_t ms)
     nanosleep(&ts, NULL);
 }
 
-static void *give_back(void *arg)
+static void *give_back_rounds(void *arg)
 {
     (void)arg;
     for (;;) {
@@ -80,7 +80,7 @@ void gvm_idle_start(void)
     pthread_attr_t attr;
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-    if (pthread_create(&t, &attr, give_back, NULL))
+    if (pthread_create(&t, &attr, give_back_rounds, NULL))
         gvm_warn("cannot start the thread that gives idle cached memory back; it is kept until needed");
     pthread_attr_destroy(&attr);
 }
