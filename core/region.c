@@ -333,9 +333,10 @@ static void drop_block(struct gvm_region *r, struct gvm_block *b)
         if (b->off + b->size <= a->mapped) unmap_view(a, a->base + b->off, b);
     gvm_stats_resident(b->phys->loc, -(int64_t)b->size);
     /* Shared pieces may still be mapped by an importing process: never
-     * handed to another allocation from the pool; nor those of memory
-     * given back at its free. */
-    if (r->flags & (GVM_RF_SHARED | GVM_RF_GIVE_BACK))
+     * handed to another allocation from the pool; nor the device pieces of
+     * memory given back at its free (host pieces, slow to make and not the
+     * GPU's, return to the host pool). */
+    if ((r->flags & GVM_RF_SHARED) || ((r->flags & GVM_RF_GIVE_BACK) && b->phys->loc != GVM_LOC_HOST))
         gvm_phys_destroy(b->phys);
     else
         gvm_phys_put(b->phys);

@@ -42,8 +42,9 @@ enum gvm_region_flags {
      * answers GVM_ERR_BUSY), its pieces are never pooled or cached for
      * reuse, until the region is destroyed. */
     GVM_RF_SHARED = 32,
-    /* Freed long after it was served (core/heap.c): its pieces go back to
-     * the driver, not to the pool, as a native free gives memory back. */
+    /* Freed long after it was served (core/heap.c): its device pieces go
+     * back to the driver, not to the pool, as a native free gives memory
+     * back. */
     GVM_RF_GIVE_BACK = 64,
 };
 

@@ -1234,6 +1234,29 @@ static int idle_workload(void)
     return 0;
 }
 
+/* A spilled allocation freed long after it was made: its host pieces,
+ * slow to make and not the GPU's, go back to the host pool; its device
+ * pieces to the driver. */
+static int idle_spill_workload(void)
+{
+    start();
+    size_t (*phys_bytes)(int) = sim_fn("simcuda_phys_bytes");
+    gvm_status (*query)(const void *, gvm_info *) = dlsym(RTLD_DEFAULT, "gvm_query");
+    CHECK(query != NULL);
+    CUdeviceptr p[3];
+    for (int i = 0; i < 3; i++) CHECK_EQ(D(cuMemAlloc_v2, &p[i], 24 * MiB), CUDA_SUCCESS);
+    gvm_info info;
+    CHECK_EQ(query((void *)p[0], &info), GVM_OK);
+    CHECK_EQ(info.location, GVM_HOST);   /* the least recently used left */
+    usleep(250 * 1000);
+    size_t host = phys_bytes(SIMCUDA_LOC_HOST), dev = phys_bytes(0);
+    CHECK_EQ(D(cuMemFree_v2, p[0]), CUDA_SUCCESS);
+    CHECK_EQ(phys_bytes(SIMCUDA_LOC_HOST), host);   /* pooled, not destroyed */
+    CHECK_EQ(D(cuMemFree_v2, p[1]), CUDA_SUCCESS);
+    CHECK(phys_bytes(0) <= dev - 24 * MiB);         /* the device's given back at once */
+    return 0;
+}
+
 static void freed_memory_goes_back_once_idle(void)
 {
     const char *defaults[] = {"GVM_CACHE_IDLE=100ms", NULL};   /* the default; the suite runs with 0 */
@@ -1243,6 +1266,9 @@ static void freed_memory_goes_back_once_idle(void)
     const char *looped[] = {"GVM_CACHE_IDLE=2s", "IDLE_LOOP=1", NULL};
     const char *const *runs[] = {defaults, kept, quick, pooled, looped};
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) CHECK_EQ(run_self_envs("idle", runs[i], NULL, 0), 0);
+    const char *spilled[] = {"GVM_CACHE_IDLE=100ms", "GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host",
+                             "GVM_HOST_POOL=128M", "GVM_HOST_PREFILL=off", "GVM_PROMOTE=0", NULL};
+    CHECK_EQ(run_self_envs("idle-spill", spilled, NULL, 0), 0);
 }
 
 /* Plain, spilling (eagerly and lazily), with pools; on device 0, and on
@@ -1631,6 +1657,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "one-device")) exit(one_device_workload());
         if (!strcmp(argv[2], "reset")) exit(reset_workload());
         if (!strcmp(argv[2], "idle")) exit(idle_workload());
+        if (!strcmp(argv[2], "idle-spill")) exit(idle_spill_workload());
         if (!strcmp(argv[2], "reset-fault")) exit(reset_fault_workload());
         if (!strcmp(argv[2], "host-copies")) exit(host_side_copies_workload());
         if (!strcmp(argv[2], "late-handler")) exit(late_handler_workload());
