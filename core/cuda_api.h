@@ -31,6 +31,10 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
 #undef cuDevicePrimaryCtxReset
 CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
 
+/* The same for cuCtxDestroy (_v2 since CUDA 4.0). */
+#undef cuCtxDestroy
+CUresult CUDAAPI cuCtxDestroy(CUcontext ctx);
+
 /* The per-thread default-stream variants have the base ABI. */
 #define GVM_PT_VARIANTS(X)                                                     \
     X(cuMemcpy, _ptds) X(cuMemcpyAsync, _ptsz) X(cuMemcpyPeer, _ptds)          \

@@ -37,6 +37,7 @@
     O(cuPointerGetAttributes) O(cuCtxEnablePeerAccess) O(cuCtxDisablePeerAccess) \
     O(cuMemAllocAsync) O(cuMemAllocAsync_ptsz)                                 \
     O(cuDevicePrimaryCtxReset) O(cuDevicePrimaryCtxReset_v2)                   \
+    O(cuCtxDestroy) O(cuCtxDestroy_v2)                                         \
     O(cuMemAllocFromPoolAsync) O(cuMemAllocFromPoolAsync_ptsz)                 \
     O(cuMemFreeAsync) O(cuMemFreeAsync_ptsz) O(cuMemPoolSetAccess)             \
     O(cuMemPoolGetAttribute) O(cuMemPoolSetAttribute)                          \

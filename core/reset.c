@@ -55,8 +55,7 @@ struct walk {
 };
 
 /* Under the live list's lock: no region lock, no heap call. A chunk holds
- * small allocations of any context of its device; it goes with the
- * context it was made in. */
+ * small allocations of one context (core/slab.c). */
 static void take(struct gvm_region *r, void *arg)
 {
     struct walk *w = arg;
@@ -101,6 +100,18 @@ static size_t free_program_memory(int dev, CUcontext ctx)
     if (again && freed) freed += free_program_memory(dev, ctx);
     else if (again) gvm_warn("device %d was reset, but some of its memory could not be listed and stays held", dev);
     return freed;
+}
+
+void gvm_reset_context(int dev, CUcontext ctx)
+{
+    /* Launches on its streams recorded events there. */
+    gvm_usemark_forget();
+    size_t n = free_program_memory(dev, ctx);
+    /* What the frees left cached goes back too, as natively (with the
+     * device's other idle memory: a context's end is rare). */
+    size_t idle = gvm_heap_trim(dev);
+    gvm_debug("a context of device %d was destroyed: %zu allocations freed, %zu idle bytes given back", dev, n,
+              idle);
 }
 
 void gvm_reset_device(int dev, CUcontext ctx)

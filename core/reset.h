@@ -11,4 +11,8 @@
  * dev, as the driver asks of the reset itself. */
 void gvm_reset_device(int dev, CUcontext ctx);
 
+/* After the driver destroyed ctx, a context of device dev the program made
+ * (cuCtxCreate): frees every allocation the program made in it. */
+void gvm_reset_context(int dev, CUcontext ctx);
+
 #endif

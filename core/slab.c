@@ -176,9 +176,11 @@ static bool chunk_at_home(struct gvm_slab *s)
 }
 
 /* A chunk may take new slots only where its device's allocations belong. */
-static bool slab_usable(struct gvm_slab *s, int tag)
+/* A chunk serves one context's allocations, which go with that context
+ * (core/reset.h). */
+static bool slab_usable(struct gvm_slab *s, int tag, CUcontext ctx)
 {
-    return s->nfree && s->tag == tag && chunk_at_home(s);
+    return s->nfree && s->tag == tag && s->chunk->ctx == ctx && chunk_at_home(s);
 }
 
 static size_t reap(int device);
@@ -233,11 +235,11 @@ CUresult gvm_slab_alloc(int device, size_t size, int tag, CUcontext ctx, uintptr
     int slot = claim_ordered(device, cidx, tag, &s);
     if (slot >= 0) goto claimed;
     s = lists[device][cidx];
-    while (s && !slab_usable(s, tag)) s = s->next;
+    while (s && !slab_usable(s, tag, ctx)) s = s->next;
     if (!s && pending[device].n && (gvm_topo_reuse_waits() || gvm_topo_settled(device, pending[device].stamp))) {
         /* Rather than a new chunk: the slots freed earlier, once settled. */
         flush_locked(device);
-        for (s = lists[device][cidx]; s && !slab_usable(s, tag);) s = s->next;
+        for (s = lists[device][cidx]; s && !slab_usable(s, tag, ctx);) s = s->next;
     }
     if (!s) {
         pthread_mutex_unlock(&slab_lock);

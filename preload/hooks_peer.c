@@ -70,7 +70,7 @@ void gvm_shim_peer_forget(CUcontext ctx)
 
 /* The device of ctx (pushed for the question: the driver answers for the
  * current context only); -1 if it cannot be told. */
-static int device_of(CUcontext ctx)
+int gvm_shim_device_of(CUcontext ctx)
 {
     CUdevice d = -1;
     if (GVM_REAL(cuCtxPushCurrent_v2)(ctx) != CUDA_SUCCESS) return -1;
@@ -85,7 +85,7 @@ static int device_of(CUcontext ctx)
 static void reach(CUcontext peer)
 {
     CUdevice from = -1;
-    int to = device_of(peer);
+    int to = gvm_shim_device_of(peer);
     if (GVM_REAL(cuCtxGetDevice)(&from) != CUDA_SUCCESS || from < 0 || to < 0) return;
     CUresult rc = gvm_reach_enable(to, (int)from);
     if (rc != CUDA_SUCCESS)

@@ -1,5 +1,6 @@
-/* cudaDeviceReset: cudart calls cuDevicePrimaryCtxReset_v2 (the
- * unsuffixed symbol is the CUDA 10 one). The driver destroys the context;
+/* The end of a context: cudaDeviceReset (cudart calls
+ * cuDevicePrimaryCtxReset_v2; the unsuffixed symbol is the CUDA 10 one),
+ * and cuCtxDestroy of a context the program made. The driver destroys the context;
  * then the core frees what the program had allocated in it, which
  * natively went with it (core/reset.h), and the records of peer access and
  * stream-ordered allocations that answer the program's queries forget it. */
@@ -22,6 +23,30 @@ static CUresult reset(CUresult(CUDAAPI *real)(CUdevice), CUdevice dev)
     }
     gvm_idle_hold(false);
     return rc;
+}
+
+/* A context the program made: its allocations go with it, as natively. */
+static CUresult destroy(CUresult(CUDAAPI *real)(CUcontext), CUcontext ctx)
+{
+    if (!real) return CUDA_ERROR_NOT_SUPPORTED;
+    int dev = ctx && gvm_shim_active() ? gvm_shim_device_of(ctx) : -1;
+    CUresult rc = real(ctx);
+    if (rc != CUDA_SUCCESS || dev < 0 || dev >= gvm_topo.ndev) return rc;
+    gvm_shim_peer_forget(ctx);
+    gvm_reset_context(dev, ctx);
+    return rc;
+}
+
+GVM_EXPORT CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
+{
+    gvm_hook_count(GVM_FN_cuCtxDestroy_v2);
+    return destroy(GVM_REAL(cuCtxDestroy_v2), ctx);
+}
+
+GVM_EXPORT CUresult CUDAAPI cuCtxDestroy(CUcontext ctx)
+{
+    gvm_hook_count(GVM_FN_cuCtxDestroy);
+    return destroy(GVM_REAL(cuCtxDestroy), ctx);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)

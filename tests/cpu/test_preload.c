@@ -1189,6 +1189,51 @@ static void device_reset_survives_a_failure_at_every_call(void)
     CHECK(n > 0);
 }
 
+/* cuCtxDestroy of a context the program made: what it allocated there goes
+ * with it (large and small, natively its cuMemAlloc memory does), what it
+ * allocated in the primary context stays and works. */
+static int ctx_destroy_workload(void)
+{
+    start();
+    size_t (*phys_bytes)(int) = sim_fn("simcuda_phys_bytes");
+    CUresult (*create)(CUcontext *, unsigned, CUdevice) =
+        (CUresult(*)(CUcontext *, unsigned, CUdevice))sim_fn("cuCtxCreate_v2");
+    CUdeviceptr keep, keep_small, big, small[3];
+    CHECK_EQ(D(cuMemAlloc_v2, &keep, 24 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAlloc_v2, &keep_small, 512), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemsetD8_v2, keep, 0x21, 24 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemsetD8_v2, keep_small, 0x22, 512), CUDA_SUCCESS);
+    size_t before = phys_bytes(0);
+    CUcontext user, cur;
+    CHECK_EQ(create(&user, 0, 0), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAlloc_v2, &big, 24 * MiB), CUDA_SUCCESS);
+    for (int i = 0; i < 3; i++) CHECK_EQ(D(cuMemAlloc_v2, &small[i], 512), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemsetD8_v2, big, 1, 24 * MiB), CUDA_SUCCESS);
+    CHECK(phys_bytes(0) > before);
+    CHECK_EQ(D(cuCtxDestroy, user), CUDA_SUCCESS);
+    CHECK_EQ(D(cuCtxGetCurrent, &cur), CUDA_SUCCESS);
+    CHECK(cur == ctx0);
+    CHECK(phys_bytes(0) <= before);   /* under a limit the kept memory may have left for host */
+    CHECK_EQ(D(cuMemFree_v2, big), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(D(cuMemFree_v2, small[0]), CUDA_ERROR_INVALID_VALUE);
+    unsigned char b = 0;
+    CHECK_EQ(D(cuMemcpyDtoH_v2, &b, keep + 24 * MiB - 1, 1), CUDA_SUCCESS);
+    CHECK_EQ(b, 0x21);
+    CHECK_EQ(D(cuMemcpyDtoH_v2, &b, keep_small + 511, 1), CUDA_SUCCESS);
+    CHECK_EQ(b, 0x22);
+    CHECK_EQ(D(cuMemFree_v2, keep), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFree_v2, keep_small), CUDA_SUCCESS);
+    return 0;
+}
+
+static void context_destroy_frees_its_memory(void)
+{
+    const char *plain[] = {NULL};
+    const char *spill[] = {"GVM_DEVICE_LIMIT=0:40M", "GVM_SPILL=host", NULL};
+    CHECK_EQ(run_self_envs("ctx-destroy", plain, NULL, 0), 0);
+    CHECK_EQ(run_self_envs("ctx-destroy", spill, NULL, 0), 0);
+}
+
 /* Freed memory kept for reuse: reused by a loop that frees and allocates
  * (no new physical memory), given back once unused for cache_idle, and at
  * its free when it lived longer than that (as a native free gives memory
@@ -1632,6 +1677,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(device_reset_frees_the_programs_memory)
     TEST_ENTRY(freed_memory_goes_back_once_idle)
     TEST_ENTRY(device_reset_survives_a_failure_at_every_call)
+    TEST_ENTRY(context_destroy_frees_its_memory)
     TEST_ENTRY(programs_own_device_memory_counts_under_the_limit)
     TEST_ENTRY(stream_ordered_memory_counts_and_spills)
     TEST_ENTRY(stats_json_is_written_at_exit)
@@ -1658,6 +1704,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "reset")) exit(reset_workload());
         if (!strcmp(argv[2], "idle")) exit(idle_workload());
         if (!strcmp(argv[2], "idle-spill")) exit(idle_spill_workload());
+        if (!strcmp(argv[2], "ctx-destroy")) exit(ctx_destroy_workload());
         if (!strcmp(argv[2], "reset-fault")) exit(reset_fault_workload());
         if (!strcmp(argv[2], "host-copies")) exit(host_side_copies_workload());
         if (!strcmp(argv[2], "late-handler")) exit(late_handler_workload());

@@ -3,6 +3,7 @@
 #include "sim.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 
 /* The calling thread's context stack. It is stamped with the generation
  * it was built in, so simcuda_reset empties every thread's stack without
@@ -44,7 +45,7 @@ int sim_ctx_valid(CUcontext c)
     for (int i = 0; i < sim.ndev; i++)
         if (c == &sim.dev[i].ctx)
             return 1;
-    return 0;
+    return sim_vec_has(&sim.ctxs, c);
 }
 
 /* The device of the current context, as calls that run "in" a context
@@ -68,6 +69,9 @@ void sim_ctx_reset_all(void)
         sim.dev[i].ctx.peers = 0;
         __atomic_store_n(&sim.dev[i].ctx.destroyed, 0, __ATOMIC_RELAXED);
     }
+    for (size_t i = 0; i < sim.ctxs.len; i++)
+        free(sim.ctxs.item[i]);
+    sim.ctxs.len = 0;
 }
 
 /* ---- init and devices ------------------------------------------------- */
@@ -437,9 +441,11 @@ static CUresult sim_primary_reset(CUdevice dev)
     c->peers = 0;
     for (int i = 0; i < sim.ndev; i++)
         sim.dev[i].ctx.peers &= ~(1u << dev);
-    sim_native_drop_device(dev);
-    sim_streams_drop_device(dev);
-    sim_hostreg_drop_device(dev);
+    for (size_t i = 0; i < sim.ctxs.len; i++)
+        ((struct CUctx_st *)sim.ctxs.item[i])->peers &= ~(1u << dev);
+    sim_native_drop_ctx(c);
+    sim_streams_drop_ctx(c);
+    sim_hostreg_drop_ctx(c);
     return CUDA_SUCCESS;
 }
 
@@ -451,6 +457,69 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset_v2(CUdevice dev)
 CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev)
 {
     SIM_API(cuDevicePrimaryCtxReset, SIM_WRITE, sim_primary_reset(dev));
+}
+
+/* ---- contexts the program makes (cuCtxCreate) --------------------------- */
+
+static CUresult sim_ctx_create(CUcontext *pctx, unsigned flags, CUdevice dev)
+{
+    if (!pctx)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (!sim_dev_valid(dev))
+        return CUDA_ERROR_INVALID_DEVICE;
+    sim_tls_sync();
+    if (sim_tls.depth == SIM_CTX_DEPTH)
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    struct CUctx_st *c = calloc(1, sizeof *c);
+    if (!c || sim_vec_push(&sim.ctxs, c)) {
+        free(c);
+        return CUDA_ERROR_OUT_OF_MEMORY;
+    }
+    (void)flags;
+    c->dev = dev;
+    c->refs = 1;
+    c->user = 1;
+    sim_tls.stack[sim_tls.depth++] = c;   /* made current, as the real call does */
+    *pctx = c;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    SIM_API(cuCtxCreate_v2, SIM_WRITE, sim_ctx_create(pctx, flags, dev));
+}
+
+/* A context made by cuCtxCreate (a primary one is refused): its cuMemAlloc
+ * memory, streams, events, registrations and peer access go with it (VMM
+ * memory stays); it leaves this thread's stack wherever it is there. */
+static CUresult sim_ctx_destroy(CUcontext ctx)
+{
+    if (!ctx || !sim_vec_has(&sim.ctxs, ctx))
+        return CUDA_ERROR_INVALID_CONTEXT;
+    for (int i = 0; i < sim.ndev; i++)
+        sim.dev[i].ctx.peers &= ~(1u << ctx->dev);
+    sim_native_drop_ctx(ctx);
+    sim_streams_drop_ctx(ctx);
+    sim_hostreg_drop_ctx(ctx);
+    sim_tls_sync();
+    int k = 0;
+    for (int i = 0; i < sim_tls.depth; i++)
+        if (sim_tls.stack[i] != ctx)
+            sim_tls.stack[k++] = sim_tls.stack[i];
+    sim_tls.depth = k;
+    sim_vec_remove(&sim.ctxs, ctx);
+    free(ctx);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuCtxDestroy_v2(CUcontext ctx)
+{
+    SIM_API(cuCtxDestroy_v2, SIM_WRITE, sim_ctx_destroy(ctx));
+}
+
+CUresult CUDAAPI cuCtxDestroy(CUcontext ctx)
+{
+    SIM_API(cuCtxDestroy, SIM_WRITE, sim_ctx_destroy(ctx));
 }
 
 /* ---- the current-context stack ---------------------------------------- */

@@ -10,7 +10,7 @@
 struct sim_hostreg {
     uintptr_t base;
     size_t size;
-    int dev; /* of the context it was registered in: a reset of it unregisters */
+    struct CUctx_st *ctx; /* it was registered in: its end unregisters */
 };
 
 static struct sim_hostreg *sim_hostreg_overlapping(uintptr_t p, size_t size)
@@ -27,8 +27,7 @@ static CUresult sim_host_register(void *p, size_t size, unsigned flags)
 {
     /* Like the real driver (H100, 2026-11-27): the calling thread needs a
      * current context, though portable memory serves every one. */
-    int dev;
-    CUresult ctx = sim_need_ctx(&dev);
+    CUresult ctx = sim_need_ctx(NULL);
     if (ctx != CUDA_SUCCESS)
         return ctx;
     if (!p || !size || (flags & ~0xfu))
@@ -46,7 +45,7 @@ static CUresult sim_host_register(void *p, size_t size, unsigned flags)
     }
     h->base = (uintptr_t)p;
     h->size = size;
-    h->dev = dev;
+    h->ctx = sim_ctx_current();
     return CUDA_SUCCESS;
 }
 
@@ -88,11 +87,11 @@ void sim_hostreg_reset(void)
 }
 
 /* Portable registrations too (one H100, driver 580, 2026-11-27). */
-void sim_hostreg_drop_device(int dev)
+void sim_hostreg_drop_ctx(struct CUctx_st *c)
 {
     for (size_t i = sim.hostregs.len; i-- > 0;) {
         struct sim_hostreg *h = sim.hostregs.item[i];
-        if (h->dev != dev)
+        if (h->ctx != c)
             continue;
         sim_vec_remove(&sim.hostregs, h);
         sim_uncharge(SIMCUDA_LOC_HOST, h->size);

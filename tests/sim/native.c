@@ -37,11 +37,11 @@ void sim_native_reset(void)
     sim.natives.len = 0;
 }
 
-void sim_native_drop_device(int dev)
+void sim_native_drop_ctx(struct CUctx_st *c)
 {
     for (size_t i = sim.natives.len; i-- > 0;) {
         struct sim_native *n = sim.natives.item[i];
-        if (n->dev != dev)
+        if (n->ctx != c)
             continue;
         sim_vec_remove(&sim.natives, n);
         sim_native_destroy(n);
@@ -72,7 +72,7 @@ static CUresult sim_native_alloc(uintptr_t *out, size_t size, int dev, int low32
         sim_uncharge(dev, size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *n = (struct sim_native){(uintptr_t)p, size, len, dev, sim_new_id()};
+    *n = (struct sim_native){(uintptr_t)p, size, len, dev, sim_ctx_current(), sim_new_id()};
     *out = (uintptr_t)p;
     return CUDA_SUCCESS;
 }

@@ -283,6 +283,44 @@ static void test_primary_reset(void)
     check_no_leaks();
 }
 
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+
+/* A context the program makes: current at once, its cuMemAlloc memory
+ * and streams go with it, VMM memory stays; a primary one is not its to
+ * destroy. */
+static void test_user_context(void)
+{
+    CUcontext prim, user, cur;
+    CUdeviceptr n, keep, r;
+    CUmemGenericAllocationHandle h;
+    CUstream s;
+    CUdevice d;
+    fresh();
+    CU_OK(cuCtxGetCurrent(&prim));
+    CU_OK(cuMemAlloc_v2(&keep, 1000));
+    CU_OK(cuCtxCreate_v2(&user, 0, 1));
+    CU_OK(cuCtxGetCurrent(&cur));
+    CHECK(cur == user && user != prim);
+    CU_OK(cuCtxGetDevice(&d));
+    CHECK(d == 1);
+    CU_OK(cuMemAlloc_v2(&n, 1000));
+    CU_OK(cuStreamCreate(&s, 0));
+    r = vmm_alloc(1, 2 * MiB, &h);
+    CHECK(simcuda_live_native() == 2);
+    CHECK_RC(cuCtxDestroy_v2(prim), CUDA_ERROR_INVALID_CONTEXT);
+    CU_OK(cuCtxDestroy_v2(user));
+    CHECK_RC(cuCtxDestroy_v2(user), CUDA_ERROR_INVALID_CONTEXT);
+    CU_OK(cuCtxGetCurrent(&cur));
+    CHECK(cur == prim);                       /* popped from the stack */
+    CHECK(simcuda_live_native() == 1);
+    CHECK(simcuda_phys_bytes(1) == 2 * MiB);  /* VMM memory stays */
+    CHECK_RC(cuStreamSynchronize(s), CUDA_ERROR_INVALID_HANDLE);
+    CHECK_RC(cuMemFree_v2(n), CUDA_ERROR_INVALID_VALUE);
+    CU_OK(cuMemFree_v2(keep));
+    vmm_free(r, 2 * MiB, h);
+    check_no_leaks();
+}
+
 /* ---- native memory ---------------------------------------------------- */
 
 static void test_native(void)
@@ -1037,7 +1075,8 @@ static void test_procaddr(void)
      * base name is versioned). */
 #define SIM_VERSIONED(name)                                                    \
     (!strcmp(name, "cuGetProcAddress") || !strcmp(name, "cuStreamBeginCapture") ||         \
-     !strcmp(name, "cuIpcOpenMemHandle") || !strcmp(name, "cuDevicePrimaryCtxReset"))
+     !strcmp(name, "cuIpcOpenMemHandle") || !strcmp(name, "cuDevicePrimaryCtxReset") ||             \
+     !strcmp(name, "cuCtxDestroy"))
 #define SIM_CHECK_EXPORT(name)                                                 \
     CHECK(proc(#name, 13000, 0, 0, OK) == sym(lib, #name) || SIM_VERSIONED(#name));
     GVM_DRIVER_ALL(SIM_CHECK_EXPORT, SIM_CHECK_EXPORT)
@@ -1309,6 +1348,7 @@ int main(void)
     } tests[] = {
         {"init", test_init},         {"devices", test_devices},
         {"contexts", test_contexts}, {"primary_reset", test_primary_reset},
+        {"user_context", test_user_context},
         {"native", test_native},
         {"vmm_alias", test_vmm_alias}, {"vmm_refcount", test_vmm_refcount},
         {"vmm_rules", test_vmm_rules}, {"vmm_host", test_vmm_host},

@@ -18,6 +18,10 @@
  * 32-bit CUDA 3.1 symbol so tests can check a legacy lookup is left alone. */
 #undef cuMemAlloc
 CUresult CUDAAPI cuMemAlloc(unsigned int *dptr, unsigned int bytesize);
+/* cuda.h maps cuCtxCreate to its newest version; the sim makes the
+ * three-argument one (tests reach it directly: gvmshim does not hook it). */
+#undef cuCtxCreate
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 
 /* Every function the sim exports: the driver list plus what tests and
  * cuGetProcAddress need beyond it. */
@@ -26,7 +30,7 @@ CUresult CUDAAPI cuMemAlloc(unsigned int *dptr, unsigned int bytesize);
     X(cuStreamQuery_ptsz) X(cuStreamSynchronize_ptsz) X(cuEventRecord_ptsz)   \
     X(cuStreamIsCapturing_ptsz)                                                \
     X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy) X(cuGraphDestroy)   \
-    X(cuIpcGetEventHandle) X(cuIpcOpenEventHandle)
+    X(cuIpcGetEventHandle) X(cuIpcOpenEventHandle) X(cuCtxCreate_v2)
 #define SIM_EXPORTS(X) GVM_DRIVER_ALL(X, X) SIM_EXTRA_EXPORTS(X)
 
 #define SIM_ENUM(name) SIM_FN_##name,
@@ -43,16 +47,19 @@ struct CUctx_st {
     unsigned refs;  /* primary-context retain count */
     unsigned peers; /* bit d: cuCtxEnablePeerAccess gave it device d's memory */
     int destroyed;  /* reset (cuDevicePrimaryCtxReset) and not retained since */
+    int user;       /* made by cuCtxCreate (not a primary context) */
 };
 struct sim_capture;
 struct CUstream_st {
-    int dev;        /* its context's device (the sim's streams are all in primary contexts) */
+    int dev;        /* its context's device */
+    struct CUctx_st *ctx;
     unsigned flags;
     unsigned long long id;   /* unique for the process's life, as cuStreamGetId's */
     struct sim_capture *cap; /* the capture it records into, or NULL */
 };
 struct CUevent_st {
     int dev;
+    struct CUctx_st *ctx;
     unsigned flags;
     unsigned long long captured; /* id of the capture it was last recorded in, 0: none */
 };
@@ -74,6 +81,7 @@ struct sim_native { /* cuMemAlloc* memory */
     uintptr_t base;
     size_t size, maplen;
     int dev;
+    struct CUctx_st *ctx; /* the context it was made in: it goes with it */
     unsigned long long id;
 };
 struct sim_resv { /* cuMemAddressReserve range */
@@ -112,7 +120,7 @@ struct sim_state {
     int ndev, no_vmm, no_peer, pcie_peer, tracing, cpu_faults;
     struct sim_device dev[SIM_MAX_DEVICES];
     size_t host_capacity, host_used;
-    struct sim_vec natives, resvs, maps, handles, streams, events, funcs, hostregs;
+    struct sim_vec natives, resvs, maps, handles, streams, events, funcs, hostregs, ctxs;
     unsigned long long next_id;
 };
 
@@ -177,10 +185,10 @@ struct sim_map *sim_map_at(uintptr_t p);
 struct sim_resv *sim_resv_at(uintptr_t p);
 void sim_native_reset(void);
 void sim_hostreg_reset(void);
-/* What a reset of dev's primary context takes with it. */
-void sim_native_drop_device(int dev);
-void sim_hostreg_drop_device(int dev);
-void sim_streams_drop_device(int dev);
+/* What a context's end (a primary one's reset, cuCtxDestroy) takes with it. */
+void sim_native_drop_ctx(struct CUctx_st *c);
+void sim_hostreg_drop_ctx(struct CUctx_st *c);
+void sim_streams_drop_ctx(struct CUctx_st *c);
 void sim_vmm_reset(void);
 
 /* True when [p, p+n) is memory a kernel may touch: one native allocation,

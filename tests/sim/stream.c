@@ -27,20 +27,20 @@ void sim_streams_reset(void)
     sim.streams.len = sim.events.len = 0;
 }
 
-/* Streams and events of the device's (primary) context. A stream still
- * capturing is left as it is: its capture holds it. */
-void sim_streams_drop_device(int dev)
+/* Streams and events of a context. A stream still capturing is left as it
+ * is: its capture holds it. */
+void sim_streams_drop_ctx(struct CUctx_st *c)
 {
     for (size_t i = sim.streams.len; i-- > 0;) {
         struct CUstream_st *s = sim.streams.item[i];
-        if (s->dev != dev || s->cap)
+        if (s->ctx != c || s->cap)
             continue;
         sim_vec_remove(&sim.streams, s);
         free(s);
     }
     for (size_t i = sim.events.len; i-- > 0;) {
         struct CUevent_st *e = sim.events.item[i];
-        if (e->dev != dev)
+        if (e->ctx != c)
             continue;
         sim_vec_remove(&sim.events, e);
         free(e);
@@ -62,6 +62,7 @@ static CUresult sim_stream_create(CUstream *ph, unsigned flags)
     }
     static unsigned long long next_id = 100;
     s->dev = dev;
+    s->ctx = sim_ctx_current();
     s->flags = flags;
     s->id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED);
     *ph = s;
@@ -160,6 +161,7 @@ static CUresult sim_event_create(CUevent *ph, unsigned flags)
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     e->dev = dev;
+    e->ctx = sim_ctx_current();
     e->flags = flags;
     *ph = e;
     return CUDA_SUCCESS;
