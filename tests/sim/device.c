@@ -427,6 +427,21 @@ CUresult CUDAAPI cuDevicePrimaryCtxGetState(CUdevice dev, unsigned int *flags, i
     SIM_API(cuDevicePrimaryCtxGetState, SIM_READ, sim_primary_state(dev, flags, active));
 }
 
+/* What a context's end takes with it: its cuMemAlloc memory, streams,
+ * events and host registrations, and peer access to and from it (per
+ * device here: the sim's peer access is by device). VMM memory stays. */
+static void sim_ctx_end(struct CUctx_st *c)
+{
+    c->peers = 0;
+    for (int i = 0; i < sim.ndev; i++)
+        sim.dev[i].ctx.peers &= ~(1u << c->dev);
+    for (size_t i = 0; i < sim.ctxs.len; i++)
+        ((struct CUctx_st *)sim.ctxs.item[i])->peers &= ~(1u << c->dev);
+    sim_native_drop_ctx(c);
+    sim_streams_drop_ctx(c);
+    sim_hostreg_drop_ctx(c);
+}
+
 /* As the real driver does (one H100, driver 580, 2026-11-27): the context
  * is destroyed whatever its retain count, which is kept; the handle stays
  * the same, calls made in it fail with CONTEXT_IS_DESTROYED until a retain
@@ -438,14 +453,7 @@ static CUresult sim_primary_reset(CUdevice dev)
         return CUDA_ERROR_INVALID_DEVICE;
     struct CUctx_st *c = &sim.dev[dev].ctx;
     __atomic_store_n(&c->destroyed, 1, __ATOMIC_RELAXED);
-    c->peers = 0;
-    for (int i = 0; i < sim.ndev; i++)
-        sim.dev[i].ctx.peers &= ~(1u << dev);
-    for (size_t i = 0; i < sim.ctxs.len; i++)
-        ((struct CUctx_st *)sim.ctxs.item[i])->peers &= ~(1u << dev);
-    sim_native_drop_ctx(c);
-    sim_streams_drop_ctx(c);
-    sim_hostreg_drop_ctx(c);
+    sim_ctx_end(c);
     return CUDA_SUCCESS;
 }
 
@@ -489,18 +497,13 @@ CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice de
     SIM_API(cuCtxCreate_v2, SIM_WRITE, sim_ctx_create(pctx, flags, dev));
 }
 
-/* A context made by cuCtxCreate (a primary one is refused): its cuMemAlloc
- * memory, streams, events, registrations and peer access go with it (VMM
- * memory stays); it leaves this thread's stack wherever it is there. */
+/* A context made by cuCtxCreate (a primary one is refused) ends
+ * (sim_ctx_end) and leaves this thread's stack wherever it is there. */
 static CUresult sim_ctx_destroy(CUcontext ctx)
 {
     if (!ctx || !sim_vec_has(&sim.ctxs, ctx))
         return CUDA_ERROR_INVALID_CONTEXT;
-    for (int i = 0; i < sim.ndev; i++)
-        sim.dev[i].ctx.peers &= ~(1u << ctx->dev);
-    sim_native_drop_ctx(ctx);
-    sim_streams_drop_ctx(ctx);
-    sim_hostreg_drop_ctx(ctx);
+    sim_ctx_end(ctx);
     sim_tls_sync();
     int k = 0;
     for (int i = 0; i < sim_tls.depth; i++)
