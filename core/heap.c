@@ -10,10 +10,10 @@
 #include "core/share.h"
 #include "core/slab.h"
 #include "core/topo.h"
+#include "core/trace.h"
 #include "core/vamap.h"
 
 #include <string.h>
-#include <time.h>
 
 #define CACHE_BUCKETS 64
 
@@ -31,13 +31,6 @@ static void gvm_heap_lock(void) { pthread_mutex_lock(&heap_mutex); }
 static void gvm_heap_unlock(void) { pthread_mutex_unlock(&heap_mutex); }
 
 static size_t align_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
-
-static uint64_t now_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 /* cache_idle in ns (0: off), set by the policy (gvm_heap_set_cache_idle). */
 static uint64_t cache_idle_ns;
@@ -234,7 +227,7 @@ static size_t cache_evict(int device, size_t need, size_t limit)
 /* Called with the heap lock held. */
 static void cache_insert(struct cache *c, struct gvm_region *r)
 {
-    r->cached_at = now_ns();
+    r->cached_at = gvm_trace_now();
     unsigned b = bucket_of(r->mapped);
     r->next = c->bucket[b];
     c->bucket[b] = r;
@@ -319,7 +312,7 @@ static CUresult alloc_large(size_t size, int device, CUcontext ctx, const struct
     GVM_STORE(r->size, size);
     GVM_STORE(r->tag, tag);
     GVM_STORE(r->flags, 0u);
-    r->served_at = now_ns();
+    r->served_at = gvm_trace_now();
     GVM_STORE(r->buffer_id, gvm_next_buffer_id());
     GVM_STORE(r->last_use, gvm_clock_tick());   /* a new allocation is about to be used */
     GVM_STORE(r->nlaunches, 0u);                /* a new buffer: its uses start now */
@@ -550,7 +543,7 @@ static bool long_lived(const struct gvm_region *r)
 {
     uint64_t idle = __atomic_load_n(&cache_idle_ns, __ATOMIC_RELAXED);
     if (!idle || !gvm_topo_reuse_waits() || gvm_capture_open(r->device)) return false;
-    return now_ns() - r->served_at >= idle;
+    return gvm_trace_now() - r->served_at >= idle;
 }
 
 /* Sets *dead when r was released: the caller recycles it after unlocking. */
@@ -632,7 +625,7 @@ size_t gvm_heap_idle_bytes(int device)
 
 size_t gvm_heap_trim_idle(int device, uint64_t idle_ns)
 {
-    uint64_t now = now_ns();
+    uint64_t now = gvm_trace_now();
     struct evict_until u = {.cached_before = now > idle_ns ? now - idle_ns + 1 : 1};
     size_t freed = cache_evict_until(device, &u);
     /* Their pieces went to the pool, which gives back what it keeps as

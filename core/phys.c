@@ -7,6 +7,7 @@
 #include "core/log.h"
 #include "core/settings.h"
 #include "core/topo.h"
+#include "core/trace.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -27,13 +28,6 @@ struct pool {
 
 static struct pool pools[GVM_LOC_SLOTS];
 static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
-
-static uint64_t mono_ns(void)
-{
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (uint64_t)t.tv_sec * 1000000000u + (uint64_t)t.tv_nsec;
-}
 
 static void fill_prop(int loc, CUmemAllocationProp *p)
 {
@@ -188,7 +182,7 @@ struct gvm_phys *gvm_phys_pool_take(int loc, size_t size, bool staging, bool cop
         *best = p->next;
         pl->bytes -= p->size;
         p->next = NULL;
-        pl->used_ns = mono_ns();
+        pl->used_ns = gvm_trace_now();
     }
     pthread_mutex_unlock(&pool_lock);
     return p;
@@ -250,7 +244,7 @@ void gvm_phys_put(struct gvm_phys *p)
         p->next = pl->head;
         pl->head = p;
         pl->bytes += p->size;
-        pl->used_ns = mono_ns();
+        pl->used_ns = gvm_trace_now();
     } else {
         out = p;
         p->next = NULL;
@@ -286,7 +280,7 @@ size_t gvm_phys_trim_idle(int loc, uint64_t idle_ns)
 {
     struct pool *pl = &pools[gvm_loc_slot(loc)];
     pthread_mutex_lock(&pool_lock);
-    bool idle = pl->bytes && !pl->filling && pl->used_ns + idle_ns <= mono_ns();
+    bool idle = pl->bytes && !pl->filling && pl->used_ns + idle_ns <= gvm_trace_now();
     pthread_mutex_unlock(&pool_lock);
     return idle ? gvm_phys_trim(loc, SIZE_MAX) : 0;
 }
@@ -370,12 +364,11 @@ static void fill_deliver(struct pool *pl, struct gvm_phys *p, size_t piece)
  * (between pieces: the piece under way is finished first). A program that
  * keeps moving (a spill loop) needs no fill: its swaps recycle the pool. */
 static int moves_running;
-static uint64_t last_move_end_ns;   /* CLOCK_MONOTONIC */
-
+static uint64_t last_move_end_ns;   /* CLOCK_MONOTONIC (gvm_trace_now) */
 
 void gvm_phys_moves(int delta)
 {
-    if (delta < 0) __atomic_store_n(&last_move_end_ns, mono_ns(), __ATOMIC_RELAXED);
+    if (delta < 0) __atomic_store_n(&last_move_end_ns, gvm_trace_now(), __ATOMIC_RELAXED);
     __atomic_fetch_add(&moves_running, delta, __ATOMIC_SEQ_CST);
 }
 
@@ -383,7 +376,7 @@ void gvm_phys_moves(int delta)
 static uint64_t moves_idle_ns(void)
 {
     if (__atomic_load_n(&moves_running, __ATOMIC_SEQ_CST)) return 0;
-    uint64_t end = __atomic_load_n(&last_move_end_ns, __ATOMIC_RELAXED), now = mono_ns();
+    uint64_t end = __atomic_load_n(&last_move_end_ns, __ATOMIC_RELAXED), now = gvm_trace_now();
     return now > end ? now - end : 0;
 }
 

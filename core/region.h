@@ -91,8 +91,8 @@ struct gvm_region {
     uint32_t nlaunches;          /* runs recorded; the newest is launches[(nlaunches - 1) % GVM_REGION_LAUNCHES] */
     uint64_t freed_at;           /* gvm_topo_epoch of its device when the program freed it */
     uint64_t freed_on;           /* the stream it was freed in order on (topo.h), 0: none */
-    uint64_t cached_at;          /* CLOCK_MONOTONIC ns when it entered the cache */
-    uint64_t served_at;          /* CLOCK_MONOTONIC ns when its allocation was served */
+    uint64_t cached_at;          /* gvm_trace_now() when it entered the cache */
+    uint64_t served_at;          /* gvm_trace_now() when its allocation was served */
     CUresult last_error;         /* driver error of the last failed operation */
     struct gvm_usemark usemark;  /* its last uses (core/usemark.h); events kept across reuse */
     struct gvm_region *next;     /* free list / cache list */

@@ -175,8 +175,8 @@ static bool chunk_at_home(struct gvm_slab *s)
     return s->at_home;
 }
 
-/* A chunk may take new slots only where its device's allocations belong. */
-/* A chunk serves one context's allocations, which go with that context
+/* A chunk may take new slots only where its device's allocations belong,
+ * and for one context's allocations, which go with that context
  * (core/reset.h). */
 static bool slab_usable(struct gvm_slab *s, int tag, CUcontext ctx)
 {

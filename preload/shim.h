@@ -100,10 +100,10 @@ bool gvm_shim_peer_unknown(void);
  * (preload/hooks_peer.c), and so are the stream-ordered allocations of
  * its device's default pool (preload/hooks_mem.c). */
 void gvm_shim_peer_forget(CUcontext ctx);
+void gvm_shim_ordered_forget(int dev);
 
 /* The device of ctx, or -1 when it cannot be told (preload/hooks_peer.c). */
 int gvm_shim_device_of(CUcontext ctx);
-void gvm_shim_ordered_forget(int dev);
 
 /* Hooks exported under libcuda's names, in the order of GVM_DRIVER_ALL. */
 extern void *const gvm_hook_table[GVM_FN_COUNT];
