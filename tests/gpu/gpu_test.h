@@ -383,14 +383,19 @@ static inline int compare_with_native(const std::vector<const char *> &names, vo
     int passed = 0, failed = 0;
     for (const char *name : names) {
         std::string native, shim;
+        auto t0 = std::chrono::steady_clock::now();
         int rn = run_self_child(name, nullptr, env, native, merge_stderr);
         if (rn == 77) {
             printf("%s", native.c_str());
             return 77;
         }
+        auto t1 = std::chrono::steady_clock::now();
         int rs = run_self_child(name, preload.c_str(), env, shim, merge_stderr);
+        auto t2 = std::chrono::steady_clock::now();
         bool ok = rn == 0 && rs == 0 && calls_of(native) == calls_of(shim);
-        printf("%s %s\n", ok ? "PASS" : "FAIL", name);
+        /* The times: a scenario far slower under the shim is a defect too. */
+        printf("%s %s (native %.2f s, shim %.2f s)\n", ok ? "PASS" : "FAIL", name,
+               std::chrono::duration<double>(t1 - t0).count(), std::chrono::duration<double>(t2 - t1).count());
         if (!ok) printf("  native (exit %d):\n%s  under the shim (exit %d):\n%s", rn, native.c_str(), rs, shim.c_str());
         ok ? passed++ : failed++;
     }
