@@ -16,6 +16,7 @@
 #include "core/hostpin.h"
 #include "core/live.h"
 #include "core/log.h"
+#include "core/phys.h"
 #include "core/slab.h"
 #include "core/topo.h"
 #include "core/usemark.h"
@@ -102,6 +103,19 @@ static size_t free_program_memory(int dev, CUcontext ctx)
     return freed;
 }
 
+/* What the frees left idle: the device's cache and pools, the host pool
+ * (pooled host pieces may have been registered in that context), and the
+ * other devices' pools, where the pieces of memory spilled to a peer went:
+ * natively a reset frees nothing another device shows as used. The other
+ * devices' cached allocations stay: they are the program's there. */
+static size_t give_back_idle(int dev)
+{
+    size_t idle = gvm_heap_trim(dev) + gvm_heap_trim(GVM_LOC_HOST);
+    for (int d = 0; d < gvm_topo.ndev; d++)
+        if (d != dev) idle += gvm_phys_trim(d, SIZE_MAX);
+    return idle;
+}
+
 void gvm_reset_context(int dev, CUcontext ctx)
 {
     /* Launches on its streams recorded events there. */
@@ -109,7 +123,7 @@ void gvm_reset_context(int dev, CUcontext ctx)
     size_t n = free_program_memory(dev, ctx);
     /* What the frees left cached goes back too, as natively (with the
      * device's other idle memory: a context's end is rare). */
-    size_t idle = gvm_heap_trim(dev);
+    size_t idle = give_back_idle(dev);
     gvm_debug("a context of device %d was destroyed: %zu allocations freed, %zu idle bytes given back", dev, n,
               idle);
 }
@@ -123,9 +137,7 @@ void gvm_reset_device(int dev, CUcontext ctx)
     gvm_usemark_forget();
     gvm_topo_forget_context(dev);
     size_t n = ctx ? free_program_memory(dev, ctx) : 0;
-    size_t idle = gvm_heap_trim(dev);
-    /* Pooled host pieces may have been registered in that context. */
-    idle += gvm_heap_trim(GVM_LOC_HOST);
+    size_t idle = give_back_idle(dev);
     gvm_topo_resetting(-1);
     gvm_debug("device %d reset: %zu allocations freed, %zu idle bytes given back", dev, n, idle);
 }

@@ -1108,6 +1108,26 @@ static int reset_workload(void)
     return 0;
 }
 
+/* As gpu-reset's peer scenario: memory of device 0 spilled to device 1,
+ * freed by device 0's reset a moment after it was made (so kept for reuse,
+ * not given back at its free). Device 1 must hold none of it afterwards,
+ * with pools on (the cpu suite's default turns them off). */
+static int reset_peer_workload(void)
+{
+    start();
+    size_t (*phys_bytes)(int) = sim_fn("simcuda_phys_bytes");
+    CUdeviceptr p[3];
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(D(cuMemAlloc_v2, &p[i], 24 * MiB), CUDA_SUCCESS);   /* past 64M: to the peer */
+        CHECK_EQ(D(cuMemsetD32_v2, p[i], 0x5a5a0000u + (unsigned)i, 6 * MiB), CUDA_SUCCESS);
+    }
+    CHECK(phys_bytes(1) > 0);
+    CHECK_EQ(D(cuDevicePrimaryCtxReset_v2, 0), CUDA_SUCCESS);
+    CHECK_EQ(phys_bytes(0), 0);
+    CHECK_EQ(phys_bytes(1), 0);
+    return 0;
+}
+
 static void device_reset_frees_the_programs_memory(void)
 {
     const char *plain[] = {NULL};
@@ -1115,11 +1135,14 @@ static void device_reset_frees_the_programs_memory(void)
     const char *lazy[] = {"GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", "GVM_SPILL_HOST_MAP=lazy",
                           "GVM_HOST_POOL=64M", NULL};
     const char *pooled[] = {"GVM_POOL_LIMIT=64M", "GVM_STATS=1", NULL};
-    const char *tracked[] = {"GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=peer,host", "GVM_SPILL_HOST_MAP=lazy", NULL};
-    const char *const *runs[] = {plain, spill, lazy, pooled, tracked};
+    const char *tracked[] = {"GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=peer,host", "GVM_SPILL_HOST_MAP=lazy",
+                             "GVM_POOL_LIMIT=64M", NULL};
+    const char *peer[] = {"GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=peer,host", "GVM_POOL_LIMIT=64M",
+                          "GVM_CACHE_IDLE=600s", NULL};
+    const char *const *runs[] = {plain, spill, lazy, pooled, tracked, peer};
     for (size_t i = 0; i < sizeof runs / sizeof *runs; i++) {
         char out[16384];
-        int rc = run_self_envs("reset", runs[i], out, sizeof out);
+        int rc = run_self_envs(runs[i] == peer ? "reset-peer" : "reset", runs[i], out, sizeof out);
         if (rc || strstr(out, ": warning: ") || strstr(out, ": error: ")) fprintf(stderr, "run %zu:\n%s", i, out);
         CHECK_EQ(rc, 0);
         CHECK(!strstr(out, ": warning: ") && !strstr(out, ": error: "));
@@ -1702,6 +1725,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "lazy")) exit(lazy_workload());
         if (!strcmp(argv[2], "one-device")) exit(one_device_workload());
         if (!strcmp(argv[2], "reset")) exit(reset_workload());
+        if (!strcmp(argv[2], "reset-peer")) exit(reset_peer_workload());
         if (!strcmp(argv[2], "idle")) exit(idle_workload());
         if (!strcmp(argv[2], "idle-spill")) exit(idle_spill_workload());
         if (!strcmp(argv[2], "ctx-destroy")) exit(ctx_destroy_workload());
