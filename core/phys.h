@@ -111,9 +111,15 @@ size_t gvm_phys_take_pooled(int loc, const size_t *sizes, int n, bool staging, s
  * larger than the limit itself is destroyed); a stuck one is leaked. */
 void gvm_phys_put(struct gvm_phys *p);
 
-/* Destroys pooled handles at loc until `bytes` are freed (SIZE_MAX: all).
+/* Destroys pooled handles at loc until `bytes` are freed (SIZE_MAX: all
+ * that were pooled when it began; pieces a prefill adds meanwhile stay).
  * Returns the bytes freed. */
 size_t gvm_phys_trim(int loc, size_t bytes);
+
+/* Destroys the host pool's pieces that are the process's pages registered
+ * in dev's primary context (a reset of it ended their registration); the
+ * created ones stay. Returns the bytes freed. */
+size_t gvm_phys_trim_registered(int dev);
 
 /* Destroys every piece pooled at loc when none came or went for idle_ns
  * (and no prefill is filling it). Returns the bytes freed. */

@@ -103,14 +103,13 @@ static size_t free_program_memory(int dev, CUcontext ctx)
     return freed;
 }
 
-/* What the frees left idle: the device's cache and pools, the host pool
- * (pooled host pieces may have been registered in that context), and the
- * other devices' pools, where the pieces of memory spilled to a peer went:
+/* What the frees left idle: the device's cache and pools, and the other
+ * devices' pools, where the pieces of memory spilled to a peer went:
  * natively a reset frees nothing another device shows as used. The other
  * devices' cached allocations stay: they are the program's there. */
 static size_t give_back_idle(int dev)
 {
-    size_t idle = gvm_heap_trim(dev) + gvm_heap_trim(GVM_LOC_HOST);
+    size_t idle = gvm_heap_trim(dev);
     for (int d = 0; d < gvm_topo.ndev; d++)
         if (d != dev) idle += gvm_phys_trim(d, SIZE_MAX);
     return idle;
@@ -137,7 +136,10 @@ void gvm_reset_device(int dev, CUcontext ctx)
     gvm_usemark_forget();
     gvm_topo_forget_context(dev);
     size_t n = ctx ? free_program_memory(dev, ctx) : 0;
-    size_t idle = give_back_idle(dev);
+    /* And the host pool's pieces registered in the primary context: their
+     * registration died with it. The created ones (the host_pool prefill
+     * among them) outlive it, as VMM memory does, and stay pooled. */
+    size_t idle = give_back_idle(dev) + gvm_phys_trim_registered(dev);
     gvm_topo_resetting(-1);
     gvm_debug("device %d reset: %zu allocations freed, %zu idle bytes given back", dev, n, idle);
 }

@@ -118,6 +118,8 @@ struct sim_state {
     int initialized;
     unsigned generation; /* bumped by simcuda_reset to drop TLS stacks */
     int ndev, no_vmm, no_peer, pcie_peer, tracing, cpu_faults;
+    unsigned host_create_us;  /* SIMCUDA_HOST_CREATE_US: per host cuMemCreate, lock held */
+    unsigned host_release_us; /* per host cuMemRelease, after the lock (simcuda_set_host_pin_us) */
     struct sim_device dev[SIM_MAX_DEVICES];
     size_t host_capacity, host_used;
     struct sim_vec natives, resvs, maps, handles, streams, events, funcs, hostregs, ctxs;

@@ -63,11 +63,15 @@ int simcuda_location_of(CUdeviceptr p); /* ordinal, LOC_HOST or LOC_UNMAPPED */
 /* Configuration. Environment (read at first use) gives the defaults:
  * SIMCUDA_DEVICES (2), SIMCUDA_MEM ("256M" or "0:64M,1:128M"),
  * SIMCUDA_HOST_MEM ("1G"), SIMCUDA_NO_VMM=1, SIMCUDA_NO_PEER=1, SIMCUDA_PEER_PCIE=1,
- * SIMCUDA_TRACE=1, SIMCUDA_CPU_FAULTS=1. */
+ * SIMCUDA_TRACE=1, SIMCUDA_CPU_FAULTS=1, SIMCUDA_HOST_CREATE_US (a host cuMemCreate's
+ * length, lock held, as a GPU's driver holds itself while it pins). */
 void simcuda_set_capacity(int location, size_t bytes); /* any time */
 void simcuda_set_devices(int n);  /* before cuInit or after simcuda_reset */
 void simcuda_set_vmm(int supported);   /* like SIMCUDA_NO_VMM; any time */
 void simcuda_set_peer(int supported);  /* like SIMCUDA_NO_PEER; any time */
+/* Host cuMemCreate takes create_us holding the driver (as SIMCUDA_HOST_CREATE_US);
+ * a host piece's cuMemRelease takes release_us after letting it go. Any time. */
+void simcuda_set_host_pin_us(unsigned create_us, unsigned release_us);
 /* Peers joined by PCIe (no native atomics between them) rather than by
  * NVLink, as cuDeviceGetP2PAttribute answers; like SIMCUDA_PEER_PCIE=1. */
 void simcuda_set_peer_pcie(int pcie);

@@ -126,6 +126,8 @@ static void sim_config_from_env(void)
     sim.pcie_peer = sim_env_flag("SIMCUDA_PEER_PCIE");
     sim.tracing = sim_env_flag("SIMCUDA_TRACE");
     sim.cpu_faults = sim_env_flag("SIMCUDA_CPU_FAULTS");
+    if ((v = getenv("SIMCUDA_HOST_CREATE_US")) && *v)
+        sim.host_create_us = (unsigned)strtoul(v, NULL, 10);
 }
 
 void sim_config_load(void)
@@ -391,6 +393,13 @@ void simcuda_set_cpu_faults(int on)
 {
     sim_config_load();
     __atomic_store_n(&sim.cpu_faults, on, __ATOMIC_RELAXED);
+}
+
+void simcuda_set_host_pin_us(unsigned create_us, unsigned release_us)
+{
+    sim_config_load();
+    __atomic_store_n(&sim.host_create_us, create_us, __ATOMIC_RELAXED);
+    __atomic_store_n(&sim.host_release_us, release_us, __ATOMIC_RELAXED);
 }
 
 void simcuda_set_peer(int supported)

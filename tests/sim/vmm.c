@@ -243,6 +243,11 @@ static CUresult sim_mem_create(CUmemGenericAllocationHandle *out, size_t size,
         return CUDA_ERROR_NOT_SUPPORTED;
     if ((rc = sim_charge(loc, size)) != CUDA_SUCCESS)
         return rc;
+    /* Pinned host memory takes a GPU's driver ~14 ms per 64 MiB, and holds
+     * it meanwhile: other threads' calls wait (SIMCUDA_HOST_CREATE_US). */
+    unsigned pin_us = __atomic_load_n(&sim.host_create_us, __ATOMIC_RELAXED);
+    if (loc == SIMCUDA_LOC_HOST && pin_us)
+        usleep(pin_us);
     struct sim_handle *h = calloc(1, sizeof *h);
     if (!h || sim_vec_push(&sim.handles, h)) {
         free(h);
@@ -267,18 +272,32 @@ CUresult CUDAAPI cuMemCreate(CUmemGenericAllocationHandle *handle, size_t size,
     SIM_API(cuMemCreate, SIM_WRITE, sim_capture_unsafe() ?: sim_mem_create(handle, size, prop, flags));
 }
 
+static __thread int sim_released_host;
+
 static CUresult sim_mem_release(CUmemGenericAllocationHandle id)
 {
     struct sim_handle *h = sim_handle_find(id);
     if (!h || !h->refs)
         return CUDA_ERROR_INVALID_VALUE;
+    sim_released_host = h->loc == SIMCUDA_LOC_HOST;
     sim_handle_unref(h, 0);
     return CUDA_SUCCESS;
 }
 
-CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
+static CUresult sim_release_call(CUmemGenericAllocationHandle handle)
 {
     SIM_API(cuMemRelease, SIM_WRITE, sim_capture_unsafe() ?: sim_mem_release(handle));
+}
+
+/* Unpinning host memory takes its time too, but lets other calls run. */
+CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle handle)
+{
+    sim_released_host = 0;
+    CUresult rc = sim_release_call(handle);
+    unsigned unpin_us = __atomic_load_n(&sim.host_release_us, __ATOMIC_RELAXED);
+    if (sim_released_host && unpin_us)
+        usleep(unpin_us);
+    return rc;
 }
 
 /* ---- mappings --------------------------------------------------------- */
