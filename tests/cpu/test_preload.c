@@ -1194,22 +1194,27 @@ static int reset_fault_workload(void)
 
 static void device_reset_survives_a_failure_at_every_call(void)
 {
-    const char *envs[] = {"GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", "GVM_SPILL_HOST_MAP=lazy", NULL, NULL};
+    /* Host spill, lazily mapped; and spill to the peer with pools on, where
+     * the reset also empties device 1's pool. */
+    const char *lazy[] = {"GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", "GVM_SPILL_HOST_MAP=lazy", NULL, NULL};
+    const char *peer[] = {"GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=peer,host", "GVM_POOL_LIMIT=64M", NULL, NULL};
+    const char **runs[] = {lazy, peer};
     char out[16384];
-    CHECK_EQ(run_self_envs("reset-fault", envs, out, sizeof out), 0);
-    /* The reset and its clean-up make 15 calls on this thread here: past
-     * them the armed failure is cancelled unused. */
-    unsigned long n = 0;
-    for (unsigned long k = 1; k <= 40; k++) {
-        char at[32];
-        snprintf(at, sizeof at, "RESET_FAIL_AT=%lu", k);
-        envs[3] = at;
-        int rc = run_self_envs("reset-fault", envs, out, sizeof out);
-        if (rc) fprintf(stderr, "failure at call %lu:\n%s", k, out);
-        CHECK_EQ(rc, 0);
-        n = k;
+    for (size_t r = 0; r < sizeof runs / sizeof *runs; r++) {
+        const char **envs = runs[r];
+        CHECK_EQ(run_self_envs("reset-fault", envs, out, sizeof out), 0);
+        /* The reset and its clean-up make 15 to 23 calls on this thread
+         * here: past them the armed failure is cancelled unused. */
+        for (unsigned long k = 1; k <= 32; k++) {
+            char at[32];
+            snprintf(at, sizeof at, "RESET_FAIL_AT=%lu", k);
+            envs[3] = at;
+            int rc = run_self_envs("reset-fault", envs, out, sizeof out);
+            if (rc) fprintf(stderr, "run %zu, failure at call %lu:\n%s", r, k, out);
+            CHECK_EQ(rc, 0);
+        }
+        envs[3] = NULL;
     }
-    CHECK(n > 0);
 }
 
 /* cuCtxDestroy of a context the program made: what it allocated there goes
