@@ -450,8 +450,13 @@ static void a_trim_beside_a_fill_takes_only_what_was_pooled(void)
     unsigned long released = simcuda_calls_of("cuMemRelease");
     gvm_phys_prefill_wait(false);
     simcuda_set_host_pin_us(0, 0);
-    CHECK(freed >= 8 * MiB && freed < 256 * MiB);
+    CHECK(freed >= 8 * MiB && freed <= 256 * MiB);
     CHECK_EQ(released, freed / (2 * MiB));
+    /* Created since the trim began: what it took back and what the pool
+     * still lacked then, at most the pool's worth (one more: a creation
+     * under way when the counts were reset). A trim that chased the fill
+     * took more than the pool held, and the fill made it all again. */
+    CHECK(simcuda_calls_of("cuMemCreate") <= 256 / 2 + 1);
     CHECK_EQ(gvm_phys_pooled(GVM_LOC_HOST), 256 * MiB);
     CHECK_EQ(gvm_held_bytes(GVM_LOC_HOST), 256 * MiB);
 }
