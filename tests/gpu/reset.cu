@@ -3,6 +3,7 @@
  * it: the program's memory is given back to the GPU (NVML sees it go), a
  * program may allocate again at once (under a device limit too), and the
  * process exits cleanly right after one (CUDA's samples end that way).
+ * Likewise cuCtxDestroy of a context the program made (scenario context).
  * Each scenario runs twice, natively and under the shim (GVM_TEST_LIB or
  * the LD_PRELOAD this program was started with), its stdout and stderr
  * together; the printed call results must be identical and both runs
@@ -158,6 +159,49 @@ static void stale_pointers()
     REC(cudaFree(fresh));
 }
 
+/* ---- a context the program made -------------------------------------------- */
+
+static void recd(const char *what, CUresult r)
+{
+    const char *name = nullptr;
+    cuGetErrorName(r, &name);
+    printf("%-52s %s\n", what, name ? name : "(unknown)");
+    fflush(stdout);
+}
+#define RECD(call) recd(#call, (call))
+
+/* Driver-API programs (PyCUDA among them) make contexts of their own:
+ * destroying one frees what was allocated in it, as NVML shows, and
+ * nothing of the primary context's; its stale pointers answer as natively. */
+static void context_destroy()
+{
+    CUdevice dev;
+    CKD(cuDeviceGet(&dev, 0));
+    void *keep;
+    REC(cudaMalloc(&keep, 64 * MiB));
+    fill(keep, 64 * MiB, 61);
+    CK(cudaDeviceSynchronize());
+    size_t base = nvml_used(0);
+    for (int round = 0; round < 2; round++) {
+        CUcontext ctx = nullptr;
+        RECD(cuCtxCreate(&ctx, nullptr, 0, dev));
+        CUdeviceptr big = 0, small = 0;
+        RECD(cuMemAlloc(&big, GiB));
+        RECD(cuMemAlloc(&small, 256));
+        RECD(cuMemsetD32(big, 0x5eed0000u + (unsigned)round, GiB / 4));
+        RECD(cuMemsetD32(small, 7, 64));
+        unsigned w = 0;
+        RECD(cuMemcpyDtoH(&w, big + GiB - 4, 4));
+        printf("last word %#x\n", w);
+        RECD(cuCtxDestroy(ctx));
+        expect_given_back(0, base, "after the program's context was destroyed");
+        RECD(cuMemFree(big));
+        RECD(cuMemFree(small));
+    }
+    verify(keep, 64 * MiB, 61, "the primary context's memory");
+    REC(cudaFree(keep));
+}
+
 /* Two GPUs: resetting device 0 leaves device 1's memory alone, and frees
  * device 0's memory that spilled to device 1 (GVM_SPILL=peer). */
 static void peer()
@@ -210,6 +254,7 @@ static int child(const std::string &name)
     else if (name == "spill" || name == "spill-lazy") r.run(name.c_str(), spill_twice);
     else if (name == "stale") r.run(name.c_str(), stale_pointers);
     else if (name == "peer") r.run(name.c_str(), peer);
+    else if (name == "context") r.run(name.c_str(), context_destroy);
     else return 2;
     return r.finish();
 }
@@ -229,5 +274,5 @@ static void scenario_env(const std::string &name)
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--child")) return child(argv[2]);
-    return compare_with_native({"exit", "again", "spill", "spill-lazy", "stale", "peer"}, scenario_env, true);
+    return compare_with_native({"exit", "again", "spill", "spill-lazy", "stale", "peer", "context"}, scenario_env, true);
 }
