@@ -224,10 +224,10 @@ static size_t cache_evict(int device, size_t need, size_t limit)
     return cache_evict_until(device, &u);
 }
 
-/* Called with the heap lock held. */
-static void cache_insert(struct cache *c, struct gvm_region *r)
+/* Called with the heap lock held; now: gvm_trace_now() of the caller. */
+static void cache_insert(struct cache *c, struct gvm_region *r, uint64_t now)
 {
-    r->cached_at = gvm_trace_now();
+    r->cached_at = now;
     unsigned b = bucket_of(r->mapped);
     r->next = c->bucket[b];
     c->bucket[b] = r;
@@ -237,12 +237,13 @@ static void cache_insert(struct cache *c, struct gvm_region *r)
 
 static void cache_return(int device, struct gvm_region *r)
 {
+    uint64_t now = gvm_trace_now();
     gvm_heap_lock();
-    cache_insert(&caches[device], r);
+    cache_insert(&caches[device], r, now);
     gvm_heap_unlock();
 }
 
-static bool cache_put(struct gvm_region *r)
+static bool cache_put(struct gvm_region *r, uint64_t now)
 {
     size_t limit = gvm_settings.cache_limit[r->device];
     if (r->mapped > limit) return false;
@@ -254,7 +255,7 @@ static bool cache_put(struct gvm_region *r)
         return false;
     }
     __atomic_store_n(&r->state, GVM_REGION_CACHED, __ATOMIC_RELEASE);
-    cache_insert(c, r);
+    cache_insert(c, r, now);
     gvm_heap_unlock();
     return true;
 }
@@ -539,18 +540,19 @@ static CUresult free_small(struct gvm_region *r, uintptr_t p)
  * and a slower one loses little by making its memory anew. A free that
  * must not wait (stream-ordered, or beside an open capture) caches it
  * anyway: the give-back returns it later. */
-static bool long_lived(const struct gvm_region *r)
+static bool long_lived(const struct gvm_region *r, uint64_t now)
 {
     uint64_t idle = __atomic_load_n(&cache_idle_ns, __ATOMIC_RELAXED);
     if (!idle || !gvm_topo_reuse_waits() || gvm_capture_open(r->device)) return false;
-    return gvm_trace_now() - r->served_at >= idle;
+    return now - r->served_at >= idle;
 }
 
 /* Sets *dead when r was released: the caller recycles it after unlocking. */
 static CUresult free_large(struct gvm_region *r, uintptr_t p, bool *dead)
 {
     if (p != r->base) return p < r->base + r->size ? CUDA_ERROR_INVALID_VALUE : CUDA_ERROR_NOT_FOUND;
-    bool give_back = long_lived(r);
+    uint64_t now = gvm_trace_now();   /* one clock read per free: its age and its time in the cache */
+    bool give_back = long_lived(r, now);
     bool cacheable = !r->aliases && r->home == r->device && !(r->flags & (GVM_RF_PAUSED | GVM_RF_SHARED)) &&
                      gvm_region_location(r) == r->device && !give_back;
     if (cacheable) {
@@ -559,7 +561,7 @@ static CUresult free_large(struct gvm_region *r, uintptr_t p, bool *dead)
         r->freed_on = gvm_topo_ordered_stream();
         gvm_live_remove(r);
         gvm_stats_live(r->device, -(int64_t)r->size);
-        if (cache_put(r)) return CUDA_SUCCESS;
+        if (cache_put(r, now)) return CUDA_SUCCESS;
         __atomic_store_n(&r->state, GVM_REGION_FREE, __ATOMIC_RELEASE);
         CUresult rc = gvm_topo_settle(r->device, r->freed_at);
         if (rc == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
