@@ -30,10 +30,14 @@ static CUresult destroy(CUresult(CUDAAPI *real)(CUcontext), CUcontext ctx)
 {
     if (!real) return CUDA_ERROR_NOT_SUPPORTED;
     int dev = ctx && gvm_shim_active() ? gvm_shim_device_of(ctx) : -1;
+    if (dev < 0 || dev >= gvm_topo.ndev) return real(ctx);
+    gvm_idle_hold(true);   /* as for a reset: the clean-up finds no round half done */
     CUresult rc = real(ctx);
-    if (rc != CUDA_SUCCESS || dev < 0 || dev >= gvm_topo.ndev) return rc;
-    gvm_shim_peer_forget(ctx);
-    gvm_reset_context(dev, ctx);
+    if (rc == CUDA_SUCCESS) {
+        gvm_shim_peer_forget(ctx);
+        gvm_reset_context(dev, ctx);
+    }
+    gvm_idle_hold(false);
     return rc;
 }
 
