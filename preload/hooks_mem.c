@@ -108,7 +108,7 @@ static uint64_t stream_id(const struct order *o)
  * stream of a stream-ordered allocation, NULL for a plain one. Memory
  * gvmshim serves is usable at once, which stream order allows; only
  * reusing freed memory must not wait for the device there (topo.h). */
-static CUresult serve(size_t size, CUdeviceptr *out, const struct order *ordered)
+static CUresult serve_region(size_t size, CUdeviceptr *out, const struct order *ordered)
 {
     if (!gvm_shim_serving()) return CUDA_ERROR_NOT_SUPPORTED;
     CUcontext ctx;
@@ -126,6 +126,17 @@ static CUresult serve(size_t size, CUdeviceptr *out, const struct order *ordered
     gvm_shim_capture_leave(&g);
     if (rc == CUDA_SUCCESS) *out = (CUdeviceptr)p;
     if (rc == CUDA_SUCCESS && ordered) gvm_tally_add(&ordered_live, p, dev, size);
+    return rc;
+}
+
+/* A refused allocation leaves a null pointer behind, as the driver's does:
+ * cudart hands the driver's value on, and a program that tests the pointer
+ * rather than the error (or frees it on its error path) finds 0, not what
+ * the variable held before (gpu test api-compare, 2026-11-27). */
+static CUresult serve(size_t size, CUdeviceptr *out, const struct order *ordered)
+{
+    CUresult rc = serve_region(size, out, ordered);
+    if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_NOT_SUPPORTED) *out = 0;
     return rc;
 }
 

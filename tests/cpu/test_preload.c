@@ -441,7 +441,9 @@ static void failed_driver_call_returns_its_error_and_leaks_nothing(void)
          * driver's answer to gvmshim's call is no answer a native cuMemAlloc
          * gives for a valid request: the program sees out of memory. */
         fail(calls[i], 1, CUDA_ERROR_INVALID_VALUE);
+        p = 0xdead0000;
         CHECK_EQ(D(cuMemAlloc_v2, &p, 100 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
+        CHECK_EQ(p, 0);   /* as the driver leaves it */
         CHECK_EQ(handles(), h);
         CHECK_EQ(reservations(), r);
     }
@@ -450,6 +452,7 @@ static void failed_driver_call_returns_its_error_and_leaks_nothing(void)
     CHECK_EQ(D(cuMemFree_v2, p), CUDA_SUCCESS);
     /* Really out of memory: the native error, after the caches were given back. */
     CHECK_EQ(D(cuMemAlloc_v2, &p, 600 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(p, 0);
     CHECK_EQ(handles(), h);
 }
 
@@ -879,8 +882,12 @@ static int async_limit_workload(void)
     start();
     CUdeviceptr a, b;
     CHECK_EQ(D(cuMemAllocAsync, &a, 40 * MiB, NULL), CUDA_SUCCESS);
+    b = a;
     CHECK_EQ(D(cuMemAlloc_v2, &b, 40 * MiB), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(b, 0);
+    b = a;
     CHECK_EQ(D(cuMemAllocAsync, &b, 40 * MiB, NULL), CUDA_ERROR_OUT_OF_MEMORY);
+    CHECK_EQ(b, 0);
     CHECK_EQ(D(cuMemFreeAsync, a, NULL), CUDA_SUCCESS);
     CHECK_EQ(D(cuMemAllocAsync, &b, 40 * MiB, NULL), CUDA_SUCCESS);
     CHECK_EQ(D(cuMemFreeAsync, b, NULL), CUDA_SUCCESS);

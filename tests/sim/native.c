@@ -77,15 +77,16 @@ static CUresult sim_native_alloc(uintptr_t *out, size_t size, int dev, int low32
     return CUDA_SUCCESS;
 }
 
+/* A refused allocation writes 0 (an H100's driver, 580.159.04: cudaMalloc
+ * of 1 << 50 bytes leaves the pointer null). */
 static CUresult sim_mem_alloc(CUdeviceptr *dptr, size_t size)
 {
     int dev;
     CUresult rc = sim_need_ctx(&dev);
-    if (rc != CUDA_SUCCESS)
-        return rc;
     uintptr_t p = 0;
-    rc = sim_native_alloc(dptr ? &p : NULL, size, dev, 0);
     if (rc == CUDA_SUCCESS)
+        rc = sim_native_alloc(dptr ? &p : NULL, size, dev, 0);
+    if (dptr)
         *dptr = p;
     return rc;
 }
