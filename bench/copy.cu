@@ -10,7 +10,13 @@
  *     resolver path cudart and frameworks use);
  *   cudaMemcpyAsync (cudart's own path to the driver).
  *
- *     bench-copy [--calls 200000] [--burst 500] */
+ * --vmm: the two buffers are the program's own VMM memory (cuMemCreate,
+ * cuMemMap, cuMemSetAccess) instead of cudaMalloc's. Run natively, it is
+ * what the driver itself charges for a copy between mapped VMM ranges,
+ * the memory every gvmshim pointer is: the shim's figure minus this one is
+ * its hooks' cost alone.
+ *
+ *     bench-copy [--calls 200000] [--burst 500] [--vmm] */
 #define GT_FAIL_EXITS
 #include "gpu_test.h"
 
@@ -55,16 +61,46 @@ static Result measure(Way way, dtod_fn entry, void *dst, void *src, size_t n, cu
     return r;
 }
 
+/* One granule of the program's own VMM memory on device 0, mapped and
+ * readable and writable there. */
+static void *vmm_alloc(size_t *granule)
+{
+    CUmemAllocationProp prop = {};
+    prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
+    prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    prop.location.id = 0;
+    CKD(cuMemGetAllocationGranularity(granule, &prop, CU_MEM_ALLOC_GRANULARITY_MINIMUM));
+    CUmemGenericAllocationHandle h;
+    CUdeviceptr p;
+    CKD(cuMemCreate(&h, *granule, &prop, 0));
+    CKD(cuMemAddressReserve(&p, *granule, 0, 0, 0));
+    CKD(cuMemMap(p, *granule, 0, h, 0));
+    CUmemAccessDesc acc = {};
+    acc.location = prop.location;
+    acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+    CKD(cuMemSetAccess(p, *granule, &acc, 1));
+    CKD(cuMemRelease(h));   /* the mapping keeps it */
+    return (void *)p;
+}
+
+static void vmm_free(void *p, size_t granule)
+{
+    CKD(cuMemUnmap((CUdeviceptr)p, granule));
+    CKD(cuMemAddressFree((CUdeviceptr)p, granule));
+}
+
 int main(int argc, char **argv)
 {
     watchdog(120);
     long calls = 200000;
     int burst = 500;
+    bool vmm = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--calls") && i + 1 < argc) calls = atol(argv[++i]);
         else if (!strcmp(argv[i], "--burst") && i + 1 < argc) burst = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--vmm")) vmm = true;
         else {
-            fprintf(stderr, "usage: %s [--calls N] [--burst N]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--calls N] [--burst N] [--vmm]\n", argv[0]);
             return 2;
         }
     }
@@ -78,9 +114,15 @@ int main(int argc, char **argv)
     bool shim = dlsym(RTLD_DEFAULT, "gvm_query") != nullptr;
     const size_t n = 256;
     void *src = nullptr, *dst = nullptr;
+    size_t granule = 0;
     /* Allocate first: the runtime loads the driver (and the shim its table). */
-    CK(cudaMalloc(&src, n));
-    CK(cudaMalloc(&dst, n));
+    if (vmm) {
+        src = vmm_alloc(&granule);
+        dst = vmm_alloc(&granule);
+    } else {
+        CK(cudaMalloc(&src, n));
+        CK(cudaMalloc(&dst, n));
+    }
     CK(cudaMemset(src, 1, n));
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -116,10 +158,15 @@ int main(int argc, char **argv)
     for (size_t i = 0; i < n; i++)
         if (back[i] != 1) fail_at(__FILE__, __LINE__, "the copied bytes are wrong at %zu", i);
     CK(cudaStreamDestroy(s));
-    CK(cudaFree(src));
-    CK(cudaFree(dst));
+    if (vmm) {
+        vmm_free(src, granule);
+        vmm_free(dst, granule);
+    } else {
+        CK(cudaFree(src));
+        CK(cudaFree(dst));
+    }
     Obj o = header("copy", shim);
-    o.str("entry_point_in", where).add("rows", list(rows));
+    o.str("entry_point_in", where).str("memory", vmm ? "vmm" : "cudaMalloc").add("rows", list(rows));
     emit(o);
     return 0;
 }
