@@ -491,6 +491,53 @@ static void cached_memory_counts_as_free(void)
     CHECK_EQ(f1, f0);
 }
 
+/* Allocates `chunk` bytes at a time until the device refuses; returns how
+ * many it got (their pointers in out, at most cap). */
+static size_t fill(size_t chunk, CUdeviceptr *out, size_t cap)
+{
+    size_t n = 0;
+    while (n < cap) {
+        CUdeviceptr p = 0xdead0000;
+        CUresult rc = D(cuMemAlloc_v2, &p, chunk);
+        if (rc != CUDA_SUCCESS) {
+            CHECK_EQ(rc, CUDA_ERROR_OUT_OF_MEMORY);
+            CHECK_EQ(p, 0);
+            break;
+        }
+        out[n++] = p;
+    }
+    return n;
+}
+
+/* A program that fills the device (a job sizing itself to the GPU, a
+ * test of how much fits) gets as much under the shim as the device has
+ * free, in large pieces and then in small ones, and gets it again after
+ * freeing it all: nothing gvmshim keeps for reuse stands in the way. */
+static void filling_the_device_gets_what_it_has_free(void)
+{
+    start();
+    enum { CAP = 4096 };
+    static CUdeviceptr big[CAP], small[CAP];
+    CUdeviceptr warm;
+    CHECK_EQ(D(cuMemAlloc_v2, &warm, 4096), CUDA_SUCCESS);   /* the core's own start-up */
+    size_t free0, total;
+    CHECK_EQ(D(cuMemGetInfo_v2, &free0, &total), CUDA_SUCCESS);
+    for (int round = 0; round < 2; round++) {
+        size_t nb = fill(32 * MiB, big, CAP);
+        size_t ns = fill(2 * MiB, small, CAP);
+        /* The rest is less than one 2 MiB piece (4096 B in use, rounded). */
+        CHECK_EQ(nb * 32 * MiB + ns * 2 * MiB, free0 / (2 * MiB) * (2 * MiB));
+        size_t f, t;
+        CHECK_EQ(D(cuMemGetInfo_v2, &f, &t), CUDA_SUCCESS);
+        CHECK(f < 2 * MiB);
+        for (size_t i = 0; i < nb; i++) CHECK_EQ(D(cuMemFree_v2, big[i]), CUDA_SUCCESS);
+        for (size_t i = 0; i < ns; i++) CHECK_EQ(D(cuMemFree_v2, small[i]), CUDA_SUCCESS);
+        CHECK_EQ(D(cuMemGetInfo_v2, &f, &t), CUDA_SUCCESS);
+        CHECK_EQ(f, free0);
+    }
+    CHECK_EQ(D(cuMemFree_v2, warm), CUDA_SUCCESS);
+}
+
 /* A copy issued from another device's context, without peer access: the
  * driver serves it for cudaMalloc memory, but refuses one on VMM memory
  * that device was not granted; gvmshim grants it on the copy. */
@@ -1708,6 +1755,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(linked_program_first_call_is_not_an_allocation)
     TEST_ENTRY(no_context_is_the_native_error)
     TEST_ENTRY(cached_memory_counts_as_free)
+    TEST_ENTRY(filling_the_device_gets_what_it_has_free)
     TEST_ENTRY(copies_from_another_devices_context_are_served)
     TEST_ENTRY(copies_during_migrations_lose_nothing)
     TEST_ENTRY(first_allocations_from_many_threads)
