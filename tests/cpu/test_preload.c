@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
+#include <stdbool.h>
 #include <stdint.h>
 #include <sys/mman.h>
 
@@ -493,12 +494,12 @@ static void cached_memory_counts_as_free(void)
 
 /* Allocates `chunk` bytes at a time until the device refuses; returns how
  * many it got (their pointers in out, at most cap). */
-static size_t fill(size_t chunk, CUdeviceptr *out, size_t cap)
+static size_t fill(size_t chunk, CUdeviceptr *out, size_t cap, bool ordered)
 {
     size_t n = 0;
     while (n < cap) {
         CUdeviceptr p = 0xdead0000;
-        CUresult rc = D(cuMemAlloc_v2, &p, chunk);
+        CUresult rc = ordered ? D(cuMemAllocAsync, &p, chunk, NULL) : D(cuMemAlloc_v2, &p, chunk);
         if (rc != CUDA_SUCCESS) {
             CHECK_EQ(rc, CUDA_ERROR_OUT_OF_MEMORY);
             CHECK_EQ(p, 0);
@@ -512,7 +513,8 @@ static size_t fill(size_t chunk, CUdeviceptr *out, size_t cap)
 /* A program that fills the device (a job sizing itself to the GPU, a
  * test of how much fits) gets as much under the shim as the device has
  * free, in large pieces and then in small ones, and gets it again after
- * freeing it all: nothing gvmshim keeps for reuse stands in the way. */
+ * freeing it all, in stream order too: nothing gvmshim keeps for reuse
+ * stands in the way. */
 static void filling_the_device_gets_what_it_has_free(void)
 {
     start();
@@ -522,16 +524,21 @@ static void filling_the_device_gets_what_it_has_free(void)
     CHECK_EQ(D(cuMemAlloc_v2, &warm, 4096), CUDA_SUCCESS);   /* the core's own start-up */
     size_t free0, total;
     CHECK_EQ(D(cuMemGetInfo_v2, &free0, &total), CUDA_SUCCESS);
-    for (int round = 0; round < 2; round++) {
-        size_t nb = fill(32 * MiB, big, CAP);
-        size_t ns = fill(2 * MiB, small, CAP);
+    /* Plain, plain again, then stream-ordered (cudaMallocAsync). */
+    for (int round = 0; round < 3; round++) {
+        bool ordered = round == 2;
+        size_t nb = fill(32 * MiB, big, CAP, ordered);
+        size_t ns = fill(2 * MiB, small, CAP, ordered);
         /* The rest is less than one 2 MiB piece (4096 B in use, rounded). */
         CHECK_EQ(nb * 32 * MiB + ns * 2 * MiB, free0 / (2 * MiB) * (2 * MiB));
         size_t f, t;
         CHECK_EQ(D(cuMemGetInfo_v2, &f, &t), CUDA_SUCCESS);
         CHECK(f < 2 * MiB);
-        for (size_t i = 0; i < nb; i++) CHECK_EQ(D(cuMemFree_v2, big[i]), CUDA_SUCCESS);
-        for (size_t i = 0; i < ns; i++) CHECK_EQ(D(cuMemFree_v2, small[i]), CUDA_SUCCESS);
+        for (size_t i = 0; i < nb; i++)
+            CHECK_EQ(ordered ? D(cuMemFreeAsync, big[i], NULL) : D(cuMemFree_v2, big[i]), CUDA_SUCCESS);
+        for (size_t i = 0; i < ns; i++)
+            CHECK_EQ(ordered ? D(cuMemFreeAsync, small[i], NULL) : D(cuMemFree_v2, small[i]), CUDA_SUCCESS);
+        CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
         CHECK_EQ(D(cuMemGetInfo_v2, &f, &t), CUDA_SUCCESS);
         CHECK_EQ(f, free0);
     }
