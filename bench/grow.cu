@@ -20,9 +20,10 @@
  *    ~2.2 ms right after an 8 GiB release, ~0.14 ms otherwise), so this
  *    pattern is compared with its own native figure.
  * The first round of each is reported as cold, the median of the others as
- * warm. The anchor's handle asks for nothing but pinned device memory (the
+ * warm. The anchor's handle asks for nothing but pinned device memory; the
  * shim's pieces also ask for POSIX file-descriptor export and RDMA where
- * the device offers them).
+ * the device offers them, so the fresh pattern has a second anchor
+ * (native-export) whose handle asks for the same.
  *
  * With --sweep S: natively, S in pieces of 64 MiB, 256 MiB, 1 GiB and S,
  * created by 1, 4 or 8 threads, mapped in order, one access grant: what
@@ -98,6 +99,7 @@ struct Vmm {
     decltype(&cuMemMap) map;
     decltype(&cuMemUnmap) unmap;
     decltype(&cuMemSetAccess) access;
+    decltype(&cuDeviceGetAttribute) attribute;
 };
 
 static Vmm vmm(void)
@@ -111,6 +113,7 @@ static Vmm vmm(void)
     v.map = driver_fn<decltype(v.map)>("cuMemMap");
     v.unmap = driver_fn<decltype(v.unmap)>("cuMemUnmap");
     v.access = driver_fn<decltype(v.access)>("cuMemSetAccess");
+    v.attribute = driver_fn<decltype(v.attribute)>("cuDeviceGetAttribute");
     return v;
 }
 
@@ -120,13 +123,23 @@ struct Anchor {
     size_t gran;
 };
 
-static Anchor anchor_setup(const Vmm &v)
+/* exported: the handle asks for what the shim's pieces ask for (POSIX
+ * file-descriptor export and RDMA where device 0 offers them), so the
+ * driver's part of a shim growth has its own native figure. */
+static Anchor anchor_setup(const Vmm &v, bool exported)
 {
     Anchor a;
     memset(&a, 0, sizeof a);
     a.prop.type = CU_MEM_ALLOCATION_TYPE_PINNED;
     a.prop.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     a.prop.location.id = 0;
+    if (exported) {
+        int fd = 0, rdma = 0;
+        CKD(v.attribute(&fd, CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, 0));
+        CKD(v.attribute(&rdma, CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, 0));
+        if (fd) a.prop.requestedHandleTypes = CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR;
+        if (rdma) a.prop.allocFlags.gpuDirectRDMACapable = 1;
+    }
     a.acc.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
     a.acc.location.id = 0;
     a.acc.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
@@ -151,9 +164,9 @@ static double anchor_grow(const Vmm &v, const Anchor &a, CUdeviceptr va, size_t 
 
 /* Native, both patterns: `regrow` keeps the first half mapped across rounds
  * and releases only the second half between them. */
-static std::vector<double> anchor_rounds(const Vmm &v, size_t s, int rounds, bool regrow)
+static std::vector<double> anchor_rounds(const Vmm &v, size_t s, int rounds, bool regrow, bool exported = false)
 {
-    Anchor a = anchor_setup(v);
+    Anchor a = anchor_setup(v, exported);
     std::vector<double> ms;
     CUdeviceptr va = 0;
     CUmemGenericAllocationHandle h0 = 0, h1 = 0;
@@ -317,16 +330,18 @@ int main(int argc, char **argv)
         }
         /* fresh: native and shim rounds alternate, so both meet the driver
          * in the same state (a release just before slows a create). */
-        std::vector<double> nat, shim;
+        std::vector<double> nat, exported, shim;
         int pieces = 0;
         for (int r = 0; r < rounds; r++) {
             nat.push_back(anchor_rounds(v, s, 1, false)[0]);
+            exported.push_back(anchor_rounds(v, s, 1, false, true)[0]);
             if (!g.present) continue;
             std::vector<double> one = shim_rounds(g, s, 1, false, &pieces);
             if (one.empty()) break;
             shim.push_back(one[0]);
         }
         rows.push_back(row("native", s, nat, 1));
+        rows.push_back(row("native-export", s, exported, 1));
         if (shim.size() == (size_t)rounds) rows.push_back(row("shim", s, shim, pieces));
         rows.push_back(row("native-regrow", s, anchor_rounds(v, s, rounds, true), 1));
         if (!g.present || shim.size() != (size_t)rounds) continue;
