@@ -12,7 +12,9 @@
  *
  * The "spill" scenario sets GVM_DEVICE_LIMIT=0:1G GVM_SPILL=host and fills
  * the device to the limit first, so the allocations made during the
- * capture must spill while it is open. Exit 77 without a GPU. */
+ * capture must spill while it is open. The "graph-memory" scenarios
+ * allocate and free inside the capture (graph memory nodes). Exit 77
+ * without a GPU. */
 #include "gpu_test.h"
 
 #include <string>
@@ -123,6 +125,81 @@ static void sequence(cudaStreamCaptureMode mode, bool relaxed_allocs, size_t fil
     REC(cudaGraphDestroy(g));
 }
 
+/* Graph memory nodes: cudaMallocAsync / cudaFreeAsync inside a capture
+ * belong to the graph (the driver's graph pool), whatever gvmshim serves
+ * outside captures. The graph copies into memory the shim serves (a
+ * cudaMalloc buffer and a stream-ordered one from before the capture), is
+ * replayed three times, and leaves one allocation to the program, freed
+ * after the launch. cross_free: the capture also frees the stream-ordered
+ * buffer from before it (what the driver answers, the shim must too). */
+__global__ static void k_set(uint8_t *p, size_t n, uint8_t v)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) p[i] = (uint8_t)(v + i % 7);
+}
+
+static void graph_memory(bool cross_free)
+{
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    uint8_t *a = nullptr, *before = nullptr, *g1 = nullptr, *g2 = nullptr;
+    CK(cudaMalloc((void **)&a, 4 * MiB));
+    CK(cudaMallocAsync((void **)&before, 2 * MiB, s));
+    CK(cudaMemsetAsync(a, 0, 4 * MiB, s));
+    CK(cudaMemsetAsync(before, 0, 2 * MiB, s));
+    CK(cudaStreamSynchronize(s));
+
+    REC(cudaStreamBeginCapture(s, cudaStreamCaptureModeGlobal));
+    if (REC(cudaMallocAsync((void **)&g1, 32 * MiB, s)) != cudaSuccess) g1 = nullptr;
+    if (REC(cudaMallocAsync((void **)&g2, MiB, s)) != cudaSuccess) g2 = nullptr;
+    if (g1 && g2) {
+        k_set<<<128, 256, 0, s>>>(g1, 32 * MiB, 11);
+        REC(cudaGetLastError());
+        REC(cudaMemcpyAsync(a, g1 + MiB, 4 * MiB, cudaMemcpyDeviceToDevice, s));
+        REC(cudaMemcpyAsync(before, g1, 2 * MiB, cudaMemcpyDeviceToDevice, s));
+        REC(cudaMemcpyAsync(g2, a, MiB, cudaMemcpyDeviceToDevice, s));
+        REC(cudaFreeAsync(g1, s));
+    }
+    if (cross_free) REC(cudaFreeAsync(before, s));
+    cudaGraph_t g = nullptr;
+    REC(cudaStreamEndCapture(s, &g));
+    (void)cudaGetLastError();
+    printf("graph %s\n", g ? "yes" : "no");
+    if (g && g1 && g2) {
+        cudaGraphExec_t ge = nullptr;
+        if (REC(cudaGraphInstantiate(&ge, g, 0)) == cudaSuccess) {
+            std::vector<uint8_t> out(4 * MiB), want(4 * MiB);
+            for (size_t i = 0; i < want.size(); i++) want[i] = (uint8_t)(11 + (i + MiB) % 7);
+            for (int round = 0; round < 3; round++) {
+                /* A graph that leaves memory allocated is launched again only
+                 * once that memory is freed. */
+                REC(cudaGraphLaunch(ge, s));
+                REC(cudaStreamSynchronize(s));
+                CK(cudaMemcpy(out.data(), a, out.size(), cudaMemcpyDeviceToHost));
+                EXPECT(!memcmp(out.data(), want.data(), out.size()), "replay %d: the cudaMalloc buffer", round);
+                CK(cudaMemcpy(out.data(), g2, MiB, cudaMemcpyDeviceToHost));
+                EXPECT(!memcmp(out.data(), want.data(), MiB), "replay %d: the graph's own allocation", round);
+                if (!cross_free) {
+                    CK(cudaMemcpy(out.data(), before, 2 * MiB, cudaMemcpyDeviceToHost));
+                    for (size_t i = 0; i < 2 * MiB; i++)
+                        EXPECT(out[i] == (uint8_t)(11 + i % 7), "replay %d: before[%zu] = %d", round, i, out[i]);
+                }
+                cudaPointerAttributes pa;
+                REC(cudaPointerGetAttributes(&pa, g2));
+                printf("  graph allocation: type %d, device %d\n", (int)pa.type, pa.device);
+                REC(round == 2 ? cudaFree(g2) : cudaFreeAsync(g2, s));
+                REC(cudaStreamSynchronize(s));
+            }
+            REC(cudaGraphExecDestroy(ge));
+        }
+        REC(cudaGraphDestroy(g));
+    }
+    REC(cudaFree(a));
+    if (!cross_free) REC(cudaFreeAsync(before, s));
+    REC(cudaStreamSynchronize(s));
+    REC(cudaStreamDestroy(s));
+}
+
 static int child(const std::string &name)
 {
     watchdog(120);
@@ -134,6 +211,8 @@ static int child(const std::string &name)
     else if (name == "relaxed") r.run(name.c_str(), [] { sequence(cudaStreamCaptureModeRelaxed, false, 0); });
     else if (name == "torch") r.run(name.c_str(), [] { sequence(cudaStreamCaptureModeGlobal, true, 0); });
     else if (name == "spill") r.run(name.c_str(), [] { sequence(cudaStreamCaptureModeGlobal, true, GiB - 96 * MiB); });
+    else if (name == "graph-memory") r.run(name.c_str(), [] { graph_memory(false); });
+    else if (name == "graph-memory-cross-free") r.run(name.c_str(), [] { graph_memory(true); });
     else return 2;
     return r.finish();
 }
@@ -151,5 +230,7 @@ static void scenario_env(const std::string &name)
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--child")) return child(argv[2]);
-    return compare_with_native({"global", "thread-local", "relaxed", "torch", "spill"}, scenario_env, false);
+    return compare_with_native({"global", "thread-local", "relaxed", "torch", "spill", "graph-memory",
+                                "graph-memory-cross-free"},
+                               scenario_env, false);
 }
