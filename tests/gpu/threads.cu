@@ -15,7 +15,11 @@
  *               the limit, so allocations spill while other threads' kernels
  *               run;
  *   spill-lazy  the same with GVM_SPILL_HOST_MAP=lazy (spilled memory left
- *               unmapped until a launch or copy needs it).
+ *               unmapped until a launch or copy needs it);
+ *   two-devices threads alternate between devices 0 and 1 (hand-offs stay
+ *               on one device), no policy;
+ *   peer        the same with a 1 GiB limit on each and GVM_SPILL=peer,host.
+ * The two-device scenarios print a skip line (both runs) on one GPU.
  * The transcript (every thread's counts) must be the same natively and
  * under the shim; the runs' times are printed beside.
  *
@@ -67,12 +71,12 @@ struct Buffer {
 
 struct Shared {
     std::mutex lock;
-    std::deque<Buffer> handed;   /* buffers waiting for another thread */
+    std::deque<Buffer> handed[2];   /* per device: buffers waiting for another thread */
     std::atomic<int> running{kThreads};
 };
 
 struct Worker {
-    int id;
+    int id, dev = 0;
     Shared *shared;
     cudaStream_t s = nullptr;
     unsigned long long *bad = nullptr;   /* device counter */
@@ -108,7 +112,7 @@ struct Worker {
     void release(const Buffer &b)
     {
         gvm_info info;
-        if (gvm.present && gvm.query(b.p, &info) == GVM_OK && info.location != 0) found_away++;
+        if (gvm.present && gvm.query(b.p, &info) == GVM_OK && info.location != dev) found_away++;
         check(b);
         ok(b.ordered ? cudaFreeAsync(b.p, s) : cudaFree(b.p), b.ordered ? "cudaFreeAsync" : "cudaFree");
         freed++;
@@ -119,9 +123,9 @@ struct Worker {
         Buffer b;
         {
             std::lock_guard<std::mutex> g(shared->lock);
-            if (shared->handed.empty()) return false;
-            b = shared->handed.front();
-            shared->handed.pop_front();
+            if (shared->handed[dev].empty()) return false;
+            b = shared->handed[dev].front();
+            shared->handed[dev].pop_front();
         }
         release(b);
         return true;
@@ -129,7 +133,7 @@ struct Worker {
 
     void run(void)
     {
-        if (!ok(cudaSetDevice(0), "cudaSetDevice")) return;
+        if (!ok(cudaSetDevice(dev), "cudaSetDevice")) return;
         ok(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
         ok(cudaMalloc((void **)&bad, sizeof *bad), "cudaMalloc(counter)");
         ok(cudaMemsetAsync(bad, 0, sizeof *bad, s), "cudaMemsetAsync(counter)");
@@ -159,7 +163,7 @@ struct Worker {
                     /* Another thread frees it: its work here must be done. */
                     ok(cudaStreamSynchronize(s), "cudaStreamSynchronize before a hand-off");
                     std::lock_guard<std::mutex> g(shared->lock);
-                    shared->handed.push_back(old);
+                    shared->handed[dev].push_back(old);
                 } else {
                     release(old);
                 }
@@ -183,14 +187,22 @@ struct Worker {
     }
 };
 
-static void threads_scenario(void)
+/* devices: 1, or 2 (threads alternate between devices 0 and 1). */
+static void threads_scenario(int devices)
 {
+    int have = 0;
+    CK(cudaGetDeviceCount(&have));
+    if (have < devices) {
+        printf("needs %d devices: skipped\n", devices);
+        return;
+    }
     Shared shared;
     std::vector<Worker> workers(kThreads);
     std::vector<std::thread> threads;
     for (int i = 0; i < kThreads; i++) {
         workers[i].id = i;
         workers[i].shared = &shared;
+        workers[i].dev = i % devices;
         threads.emplace_back([&workers, i] { workers[i].run(); });
     }
     for (auto &t : threads) t.join();
@@ -222,18 +234,23 @@ static int child(const std::string &name)
     watchdog(240);
     device_count_or_skip();
     gvm = load_gvm();
-    spilling = name != "default";
+    spilling = name != "default" && name != "two-devices";
     Runner r;
-    if (name == "default" || name == "spill" || name == "spill-lazy") r.run(name.c_str(), threads_scenario);
+    if (name == "default" || name == "spill" || name == "spill-lazy") r.run(name.c_str(), [] { threads_scenario(1); });
+    else if (name == "two-devices" || name == "peer") r.run(name.c_str(), [] { threads_scenario(2); });
     else return 2;
     return r.finish();
 }
 
 static void scenario_env(const std::string &name)
 {
-    if (name != "default") {
+    if (name == "spill" || name == "spill-lazy") {
         setenv("GVM_DEVICE_LIMIT", "0:1G", 1);
         setenv("GVM_SPILL", "host", 1);
+    }
+    if (name == "peer") {
+        setenv("GVM_DEVICE_LIMIT", "0:1G,1:1G", 1);
+        setenv("GVM_SPILL", "peer,host", 1);
     }
     if (name == "spill-lazy") setenv("GVM_SPILL_HOST_MAP", "lazy", 1);
 }
@@ -241,5 +258,5 @@ static void scenario_env(const std::string &name)
 int main(int argc, char **argv)
 {
     if (argc == 3 && !strcmp(argv[1], "--child")) return child(argv[2]);
-    return compare_with_native({"default", "spill", "spill-lazy"}, scenario_env, false);
+    return compare_with_native({"default", "spill", "spill-lazy", "two-devices", "peer"}, scenario_env, false);
 }
