@@ -4,7 +4,10 @@
  * Memory that is not gvmshim's (managed, pinned, registered, module
  * globals, a pool the program made) must pass through untouched; calls the
  * driver refuses on cudaMalloc memory must be refused with the same code
- * on gvmshim's. Nothing that differs between two runs (addresses, timings,
+ * on gvmshim's. On two GPUs, "two-devices" does what CUDA's P2P samples do:
+ * device 0's default pool granted to device 1 (cudaMemPoolSetAccess), peer
+ * access enabled and disabled, kernels reading and writing the other
+ * device's memory, peer copies. Nothing that differs between two runs (addresses, timings,
  * free memory) is printed: pointers are printed as their relation to the
  * allocation asked about.
  *
@@ -745,6 +748,155 @@ static void meminfo(void)
     printf("  total == totalGlobalMem: %s\n", yes(total == prop.totalGlobalMem));
 }
 
+/* ---- two devices: pool access and peer access ------------------------------------- */
+
+/* dst[i] = src[i] + add, run on whichever device is current. */
+__global__ static void k_copy_add(uint32_t *dst, const uint32_t *src, size_t n, uint32_t add)
+{
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) dst[i] = src[i] + add;
+}
+
+static void pool_access(const char *what, cudaMemPool_t pool, int dev)
+{
+    cudaMemAccessFlags f = (cudaMemAccessFlags)0xa5;
+    cudaMemLocation l = location(dev);
+    cudaError_t e = cudaMemPoolGetAccess(&f, pool, &l);
+    printf("%-58s %s flags %d\n", format("cudaMemPoolGetAccess(%s)", what).c_str(), cudaGetErrorName(e), (int)f);
+}
+
+/* Reads n words at src on device `on` (into its own memory) and checks
+ * them against want + 1 on the host. */
+static void read_on(int on, const char *what, const uint32_t *src, size_t n, const std::vector<uint32_t> &want)
+{
+    CK(cudaSetDevice(on));
+    uint32_t *dst = nullptr;
+    must(format("cudaMalloc on device %d for %s", on, what).c_str(), cudaMalloc((void **)&dst, n * 4));
+    k_copy_add<<<256, 256>>>(dst, src, n, 1);
+    rec(format("kernel on device %d reads %s", on, what).c_str(), cudaGetLastError());
+    rec("  cudaDeviceSynchronize", cudaDeviceSynchronize());
+    std::vector<uint32_t> got(n), plus(want);
+    for (auto &w : plus) w += 1;
+    must("cudaMemcpy(to host)", cudaMemcpy(got.data(), dst, n * 4, cudaMemcpyDeviceToHost));
+    check_data(format("%s, read on device %d", what, on).c_str(), got.data(), plus.data(), n * 4);
+    must("cudaFree", cudaFree(dst));
+    CK(cudaSetDevice(0));
+}
+
+/* What streamOrderedAllocationP2P does: device 0's default pool granted to
+ * device 1, whose kernels then read its allocations (made before and after
+ * the grant); the grant taken back. */
+static void default_pool_shared(cudaStream_t s)
+{
+    const size_t n = 16 * MiB / 4;
+    cudaMemPool_t pool;
+    must("cudaDeviceGetDefaultMemPool(device 0)", cudaDeviceGetDefaultMemPool(&pool, 0));
+    pool_access("device 1, before the grant", pool, 1);
+    uint32_t *before = nullptr, *after = nullptr;
+    std::vector<uint32_t> w1 = words_of(n, 61), w2 = words_of(n, 62);
+    must("cudaMallocAsync(16 MiB) before the grant", cudaMallocAsync((void **)&before, n * 4, s));
+    must("cudaMemcpyAsync(host to it)", cudaMemcpyAsync(before, w1.data(), n * 4, cudaMemcpyHostToDevice, s));
+    CK(cudaStreamSynchronize(s));
+    cudaMemAccessDesc d;
+    memset(&d, 0, sizeof d);
+    d.location = location(1);
+    d.flags = cudaMemAccessFlagsProtReadWrite;
+    must("cudaMemPoolSetAccess(device 1, read-write)", cudaMemPoolSetAccess(pool, &d, 1));
+    pool_access("device 1, after the grant", pool, 1);
+    pool_access("device 0, after the grant", pool, 0);
+    must("cudaMallocAsync(16 MiB) after the grant", cudaMallocAsync((void **)&after, n * 4, s));
+    must("cudaMemcpyAsync(host to it)", cudaMemcpyAsync(after, w2.data(), n * 4, cudaMemcpyHostToDevice, s));
+    CK(cudaStreamSynchronize(s));
+    read_on(1, "pool memory made before the grant", before, n, w1);
+    read_on(1, "pool memory made after the grant", after, n, w2);
+    CK(cudaSetDevice(1));
+    pointer_attributes("pool memory, asked on device 1", after);
+    CK(cudaSetDevice(0));
+    must("cudaFreeAsync(before)", cudaFreeAsync(before, s));
+    must("cudaFreeAsync(after)", cudaFreeAsync(after, s));
+    CK(cudaStreamSynchronize(s));
+    d.flags = cudaMemAccessFlagsProtNone;
+    rec("cudaMemPoolSetAccess(device 1, none)", cudaMemPoolSetAccess(pool, &d, 1));
+    last_error();
+    pool_access("device 1, after taking it back", pool, 1);
+    d.location = location(0);
+    rec("cudaMemPoolSetAccess(device 0, none): its own device", cudaMemPoolSetAccess(pool, &d, 1));
+    last_error();
+}
+
+/* What simpleP2P does: peer access enabled both ways, a kernel on each
+ * device reading the other's cudaMalloc memory, peer and default copies,
+ * then peer access disabled; the refused enables and disables too. */
+static void peer_access(void)
+{
+    const size_t n = 8 * MiB / 4;
+    rec("cudaDeviceDisablePeerAccess(1) before any enable", cudaDeviceDisablePeerAccess(1));
+    last_error();
+    must("cudaDeviceEnablePeerAccess(1) on device 0", cudaDeviceEnablePeerAccess(1, 0));
+    rec("cudaDeviceEnablePeerAccess(1) again", cudaDeviceEnablePeerAccess(1, 0));
+    last_error();
+    CK(cudaSetDevice(1));
+    must("cudaDeviceEnablePeerAccess(0) on device 1", cudaDeviceEnablePeerAccess(0, 0));
+    uint32_t *on1 = nullptr;
+    must("cudaMalloc on device 1", cudaMalloc((void **)&on1, n * 4));
+    CK(cudaSetDevice(0));
+    uint32_t *on0 = nullptr;
+    must("cudaMalloc on device 0", cudaMalloc((void **)&on0, n * 4));
+    std::vector<uint32_t> w0 = words_of(n, 71), w1 = words_of(n, 72), got(n);
+    must("cudaMemcpy(host to device 0)", cudaMemcpy(on0, w0.data(), n * 4, cudaMemcpyHostToDevice));
+    must("cudaMemcpyPeer(device 0 to device 1)", cudaMemcpyPeer(on1, 1, on0, 0, n * 4));
+    must("cudaMemcpy(device 1 to host)", cudaMemcpy(got.data(), on1, n * 4, cudaMemcpyDeviceToHost));
+    check_data("device 0's words through device 1", got.data(), w0.data(), n * 4);
+    read_on(1, "device 0's cudaMalloc memory", on0, n, w0);
+    must("cudaMemcpy(host to device 1)", cudaMemcpy(on1, w1.data(), n * 4, cudaMemcpyHostToDevice));
+    read_on(0, "device 1's cudaMalloc memory", on1, n, w1);
+    /* A kernel on device 0 writing device 1's memory. */
+    k_copy_add<<<256, 256>>>(on1, on0, n, 5);
+    rec("kernel on device 0 writes device 1's memory", cudaGetLastError());
+    rec("  cudaDeviceSynchronize", cudaDeviceSynchronize());
+    std::vector<uint32_t> want(w0);
+    for (auto &x : want) x += 5;
+    must("cudaMemcpy(device 1 to host, default kind)", cudaMemcpy(got.data(), on1, n * 4, cudaMemcpyDefault));
+    check_data("device 1's memory written from device 0", got.data(), want.data(), n * 4);
+    cudaStream_t s = new_stream();
+    must("cudaMemcpyPeerAsync(device 1 to device 0)", cudaMemcpyPeerAsync(on0, 0, on1, 1, n * 4, s));
+    CK(cudaStreamSynchronize(s));
+    CK(cudaStreamDestroy(s));
+    must("cudaMemcpy(device 0 to host)", cudaMemcpy(got.data(), on0, n * 4, cudaMemcpyDeviceToHost));
+    check_data("device 0's memory after the peer copy back", got.data(), want.data(), n * 4);
+    pointer_attributes("device 1's memory, asked on device 0", on1);
+    must("cudaDeviceDisablePeerAccess(1) on device 0", cudaDeviceDisablePeerAccess(1));
+    rec("cudaDeviceDisablePeerAccess(1) again", cudaDeviceDisablePeerAccess(1));
+    last_error();
+    /* Copies need no peer access. */
+    must("cudaMemcpyPeer(device 0 to device 1), access disabled", cudaMemcpyPeer(on1, 1, on0, 0, n * 4));
+    must("cudaMemcpy(device 1 to host)", cudaMemcpy(got.data(), on1, n * 4, cudaMemcpyDeviceToHost));
+    check_data("device 0's words through device 1, access disabled", got.data(), want.data(), n * 4);
+    CK(cudaSetDevice(1));
+    must("cudaDeviceDisablePeerAccess(0) on device 1", cudaDeviceDisablePeerAccess(0));
+    must("cudaFree(device 1's)", cudaFree(on1));
+    CK(cudaSetDevice(0));
+    must("cudaFree(device 0's)", cudaFree(on0));
+}
+
+static void two_devices(void)
+{
+    int n = 0, a01 = 0, a10 = 0;
+    CK(cudaGetDeviceCount(&n));
+    if (n < 2) {
+        printf("one device: nothing to compare\n");
+        return;
+    }
+    CK(cudaDeviceCanAccessPeer(&a01, 0, 1));
+    CK(cudaDeviceCanAccessPeer(&a10, 1, 0));
+    printf("peer access 0->1 %s, 1->0 %s\n", yes(a01), yes(a10));
+    if (!a01 || !a10) return;
+    cudaStream_t s = new_stream();
+    default_pool_shared(s);
+    CK(cudaStreamDestroy(s));
+    peer_access();
+}
+
 /* ---- the scenarios ---------------------------------------------------------------- */
 
 static const struct {
@@ -753,7 +905,7 @@ static const struct {
 } scenarios[] = {
     {"managed", managed}, {"copies", copies}, {"textures", textures}, {"pools", pools},
     {"host", host},       {"symbol", symbol}, {"driver", driver},     {"errors", errors},
-    {"meminfo", meminfo},
+    {"meminfo", meminfo}, {"two-devices", two_devices},
 };
 
 static int child(const std::string &name)
