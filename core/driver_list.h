@@ -25,6 +25,7 @@
     O(cuMemExportToShareableHandle) O(cuMemImportFromShareableHandle)          \
     O(cuGetProcAddress) O(cuGetProcAddress_v2)                                 \
     O(cuDeviceGetMemPool) O(cuDeviceGetDefaultMemPool) O(cuDeviceSetMemPool)    \
+    O(cuMemPoolGetAccess)                                                      \
     O(cuStreamGetId) O(cuMemHostRegister_v2) O(cuMemHostUnregister)
 
 /* Entry points the preload layer replaces by a hook of the same name

@@ -49,6 +49,17 @@ bool gvm_tally_take(struct gvm_tally *t, uint64_t key, int *dev, size_t *bytes)
     return true;
 }
 
+bool gvm_tally_find(struct gvm_tally *t, uint64_t key, int *dev)
+{
+    if (!__atomic_load_n(&t->live, __ATOMIC_RELAXED)) return false;
+    pthread_mutex_lock(&t->lock);
+    struct gvm_tally_entry *e = t->table[bucket_of(key)];
+    while (e && e->key != key) e = e->next;
+    if (e) *dev = e->dev;
+    pthread_mutex_unlock(&t->lock);
+    return e != NULL;
+}
+
 static uint64_t read_locked(struct gvm_tally *t, const uint64_t *v, int dev)
 {
     if (!on_device(dev)) return 0;

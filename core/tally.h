@@ -34,6 +34,10 @@ bool gvm_tally_add(struct gvm_tally *t, uint64_t key, int dev, size_t bytes);
  * One load while the tally is empty. */
 bool gvm_tally_take(struct gvm_tally *t, uint64_t key, int *dev, size_t *bytes);
 
+/* Whether key is recorded, and on which device. One load while the tally
+ * is empty. */
+bool gvm_tally_find(struct gvm_tally *t, uint64_t key, int *dev);
+
 /* On dev (0 for any other location): bytes now, the most at once since
  * the start or the last reset, and the reset (the mark becomes now). */
 uint64_t gvm_tally_bytes(struct gvm_tally *t, int dev);

@@ -26,7 +26,8 @@ static bool context_current(void)
 
 /* Whether the current context reaches the allocation as it would reach
  * cuMemAlloc memory: made in it or on its device, or peer access enabled
- * to the allocation's context (preload/hooks_peer.c). No current context:
+ * to the allocation's context (preload/hooks_peer.c); a stream-ordered
+ * allocation also while its pool grants the device access. No current context:
  * true (callers answer that case themselves). */
 static bool reachable(const struct gvm_ref *ref)
 {
@@ -34,7 +35,8 @@ static bool reachable(const struct gvm_ref *ref)
     CUdevice d;
     if (GVM_REAL(cuCtxGetCurrent)(&c) != CUDA_SUCCESS || !c || c == ref->region->ctx) return true;
     if (GVM_REAL(cuCtxGetDevice)(&d) != CUDA_SUCCESS || d == ref->region->device) return true;
-    return gvm_shim_peer_unknown() || gvm_shim_peer_enabled(c, ref->region->ctx);
+    return gvm_shim_peer_unknown() || gvm_shim_peer_enabled(c, ref->region->ctx) ||
+           gvm_shim_ordered_reached(ref->base, d);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)

@@ -102,6 +102,10 @@ bool gvm_shim_peer_unknown(void);
 void gvm_shim_peer_forget(CUcontext ctx);
 void gvm_shim_ordered_forget(int dev);
 
+/* Whether a context on dev reaches the stream-ordered allocation at base
+ * through its default pool's access grants (preload/hooks_mem.c). */
+bool gvm_shim_ordered_reached(uintptr_t base, int dev);
+
 /* The device of ctx, or -1 when it cannot be told (preload/hooks_peer.c). */
 int gvm_shim_device_of(CUcontext ctx);
 

@@ -322,13 +322,46 @@ CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute at
     SIM_API(cuMemPoolSetAttribute, SIM_WRITE, sim_pool_set_attr(pool, attr, value));
 }
 
+/* The devices each default pool grants access to, besides its own. */
+static unsigned sim_pool_grants[SIM_MAX_DEVICES];
+
+static int sim_pool_owner(CUmemoryPool pool)
+{
+    for (int d = 0; d < SIM_MAX_DEVICES; d++)
+        if (pool == sim_pool_default(d))
+            return d;
+    return -1;
+}
+
+int sim_pool_is_default(CUmemoryPool pool, int dev) { return sim_dev_valid(dev) && pool == sim_pool_default(dev); }
+
+int sim_pool_reaches(int owner, int dev)
+{
+    return owner == dev || (sim_dev_valid(owner) && (sim_pool_grants[owner] >> dev & 1));
+}
+
+/* Taking its own device's access from a pool is refused (H100 pair,
+ * driver 580: CUDA_ERROR_INVALID_DEVICE). */
 static CUresult sim_pool_set_access(CUmemoryPool pool, const CUmemAccessDesc *map, size_t count)
 {
     if (!pool || (count && !map))
         return CUDA_ERROR_INVALID_VALUE;
-    for (size_t i = 0; i < count; i++)
+    int owner = sim_pool_owner(pool);
+    for (size_t i = 0; i < count; i++) {
         if (map[i].location.type != CU_MEM_LOCATION_TYPE_DEVICE || !sim_dev_valid(map[i].location.id))
             return CUDA_ERROR_INVALID_VALUE;
+        if (map[i].location.id == owner && map[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE)
+            return CUDA_ERROR_INVALID_DEVICE;
+    }
+    for (size_t i = 0; owner >= 0 && i < count; i++) {
+        int d = map[i].location.id;
+        if (d == owner)
+            continue;
+        if (map[i].flags == CU_MEM_ACCESS_FLAGS_PROT_NONE)
+            sim_pool_grants[owner] &= ~(1u << d);
+        else
+            sim_pool_grants[owner] |= 1u << d;
+    }
     return CUDA_SUCCESS;
 }
 
@@ -337,12 +370,34 @@ CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *ma
     SIM_API(cuMemPoolSetAccess, SIM_WRITE, sim_pool_set_access(pool, map, count));
 }
 
+/* The owner's access is read-write; a pool the program made grants none. */
+static CUresult sim_pool_get_access(CUmemAccess_flags *flags, CUmemoryPool pool, CUmemLocation *at)
+{
+    if (!flags || !pool || !at || at->type != CU_MEM_LOCATION_TYPE_DEVICE || !sim_dev_valid(at->id))
+        return CUDA_ERROR_INVALID_VALUE;
+    int owner = sim_pool_owner(pool);
+    *flags = owner >= 0 && sim_pool_reaches(owner, at->id) ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE
+                                                            : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuMemPoolGetAccess(CUmemAccess_flags *flags, CUmemoryPool pool, CUmemLocation *location)
+{
+    SIM_API(cuMemPoolGetAccess, SIM_READ, sim_pool_get_access(flags, pool, location));
+}
+
 /* ---- peer access --------------------------------------------------------- */
 
 int sim_ctx_reaches(int dev)
 {
     struct CUctx_st *c = sim_ctx_current();
     return !c || c->dev == dev || (c->peers >> dev & 1);
+}
+
+int sim_native_reached(const struct sim_native *n)
+{
+    struct CUctx_st *c = sim_ctx_current();
+    return sim_ctx_reaches(n->dev) || (n->pooled && sim_pool_reaches(n->dev, c->dev));
 }
 
 static CUresult sim_peer_access(CUcontext peer, unsigned flags, int enable)

@@ -72,7 +72,7 @@ static CUresult sim_native_alloc(uintptr_t *out, size_t size, int dev, int low32
         sim_uncharge(dev, size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *n = (struct sim_native){(uintptr_t)p, size, len, dev, sim_ctx_current(), sim_new_id()};
+    *n = (struct sim_native){(uintptr_t)p, size, len, dev, sim_ctx_current(), sim_new_id(), 0};
     *out = (uintptr_t)p;
     return CUDA_SUCCESS;
 }
@@ -157,7 +157,9 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 
 /* Stream-ordered allocation is immediate here; it charges the stream's
  * device, not the current context's. */
-static CUresult sim_mem_alloc_async(CUdeviceptr *dptr, size_t size, CUstream s)
+/* pool: the one named, NULL for the device's current one (taken as its
+ * default: the sim's allocations ignore pools but for access grants). */
+static CUresult sim_mem_alloc_in(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s)
 {
     int dev;
     CUresult rc = sim_stream_dev(s, &dev);
@@ -165,15 +167,22 @@ static CUresult sim_mem_alloc_async(CUdeviceptr *dptr, size_t size, CUstream s)
         return rc;
     uintptr_t p = 0;
     rc = sim_native_alloc(dptr ? &p : NULL, size, dev, 0);
-    if (rc == CUDA_SUCCESS)
+    if (rc == CUDA_SUCCESS) {
+        sim_native_at(p)->pooled = !pool || sim_pool_is_default(pool, dev);
         *dptr = p;
+    }
     return rc;
+}
+
+static CUresult sim_mem_alloc_async(CUdeviceptr *dptr, size_t size, CUstream s)
+{
+    return sim_mem_alloc_in(dptr, size, NULL, s);
 }
 
 /* Pools are handles only here (device.c): any non-null one serves. */
 static CUresult sim_mem_alloc_from_pool(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s)
 {
-    return pool ? sim_mem_alloc_async(dptr, size, s) : CUDA_ERROR_INVALID_VALUE;
+    return pool ? sim_mem_alloc_in(dptr, size, pool, s) : CUDA_ERROR_INVALID_VALUE;
 }
 
 SIM_API2(cuMemAllocFromPoolAsync, cuMemAllocFromPoolAsync_ptsz, SIM_WRITE,

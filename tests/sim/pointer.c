@@ -46,7 +46,7 @@ static CUresult sim_address_range(CUdeviceptr *base, size_t *size, CUdeviceptr p
     /* Another device's cuMemAlloc memory is not in this context's view
      * until peer access is enabled (H200 pair, driver 580: NOT_FOUND, both
      * outputs zeroed). */
-    if (n && !sim_ctx_reaches(n->dev)) {
+    if (n && !sim_native_reached(n)) {
         if (base)
             *base = 0;
         if (size)
@@ -82,7 +82,7 @@ struct sim_ptr_info {
     uintptr_t range_base, map_base;
     size_t range_size, map_size;
     unsigned long long buffer_id, block_id, handle_types;
-    int rdma, host_visible, native;
+    int rdma, host_visible, native, reached;
     unsigned mask, rwmask;
 };
 
@@ -101,7 +101,8 @@ static struct sim_ptr_info sim_ptr_lookup(uintptr_t p)
             .map_base = n->base & ~(SIM_GRANULE - 1),
             .map_size = ((n->base + n->size + SIM_GRANULE - 1) & ~(SIM_GRANULE - 1)) - (n->base & ~(SIM_GRANULE - 1)),
             .buffer_id = n->id,
-            .block_id = n->id, .rdma = 1, .native = 1, .mask = 1u << n->dev, .rwmask = 1u << n->dev};
+            .block_id = n->id, .rdma = 1, .native = 1, .mask = 1u << n->dev, .rwmask = 1u << n->dev,
+            .reached = sim_native_reached(n)};
     } else if (r) {
         /* The range attributes name the reservation (cuda.h), MAPPED says 0. */
         pi = (struct sim_ptr_info){.known = SIM_RESERVED, .range_base = r->base, .range_size = r->size};
@@ -192,10 +193,11 @@ static int sim_attr_value(const struct sim_ptr_info *pi, CUpointer_attribute a, 
     /* Without a current context there is no device address (H100: the
      * single query fails with CUDA_ERROR_INVALID_CONTEXT after writing 0),
      * nor in a context that does not reach the memory (H200 pair: another
-     * device's cuMemAlloc memory without peer access, INVALID_VALUE). */
+     * device's cuMemAlloc memory without peer access, INVALID_VALUE; an H100
+     * pair: a default pool's memory is reached where the pool grants it). */
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
         *v = p;
-        return sim_ctx_current() != NULL && (!pi->native || sim_ctx_reaches(pi->ordinal));
+        return sim_ctx_current() != NULL && (!pi->native || pi->reached);
     case CU_POINTER_ATTRIBUTE_HOST_POINTER: *v = p; return pi->host_visible;
     /* cuMemAlloc memory answers 1 for both (H100, driver 580). */
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *v = (unsigned)pi->native; return 1;

@@ -83,6 +83,7 @@ struct sim_native { /* cuMemAlloc* memory */
     int dev;
     struct CUctx_st *ctx; /* the context it was made in: it goes with it */
     unsigned long long id;
+    int pooled; /* from dev's default pool: reached where the pool grants access */
 };
 struct sim_resv { /* cuMemAddressReserve range */
     uintptr_t base;
@@ -183,6 +184,12 @@ void sim_streams_reset(void);
 #define SIM_MEMFD_PREFIX "simcuda:" /* memfd name: prefix and location */
 struct sim_handle *sim_handle_find(CUmemGenericAllocationHandle id);
 struct sim_native *sim_native_at(uintptr_t p);
+/* Whether a context on dev reaches owner's default pool (its access grants). */
+int sim_pool_reaches(int owner, int dev);
+int sim_pool_is_default(CUmemoryPool pool, int dev);
+/* Whether the current context reaches native memory n: its device, peer
+ * access, or (pool memory) the pool's grants. */
+int sim_native_reached(const struct sim_native *n);
 struct sim_map *sim_map_at(uintptr_t p);
 struct sim_resv *sim_resv_at(uintptr_t p);
 void sim_native_reset(void);
