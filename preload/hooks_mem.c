@@ -312,6 +312,12 @@ GVM_EXPORT CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAcc
     return rc;
 }
 
+CUmemoryPool gvm_shim_ordered_pool(uintptr_t base)
+{
+    int owner;
+    return gvm_tally_find(&ordered_live, base, &owner) ? default_pool(owner) : NULL;
+}
+
 /* Whether a context on dev reaches the allocation at base as a default
  * pool's allocation: natively a pool's memory is reached by the devices
  * its access grants name, whatever peer access says, and only while they

@@ -150,7 +150,8 @@ enum answer { ANSWERED, NO_VALUE, ASK_DRIVER };
 
 static size_t round_gran(size_t n) { return (n + gvm_topo.gran - 1) / gvm_topo.gran * gvm_topo.gran; }
 
-/* What cuMemAlloc memory answers for attr (the native answers below were
+/* What cuMemAlloc memory (or a default pool's, for the stream-ordered
+ * allocations gvmshim serves) answers for attr (the native answers below were
  * read off an H100, driver 580, by tests/gpu/pointer_answers.cu). NO_VALUE:
  * the single query writes 0 and fails with *err, the batch gives 0;
  * ASK_DRIVER: the driver knows better at the real address (tokens gvmshim
@@ -161,7 +162,8 @@ static enum answer native_value(const struct gvm_ref *ref, CUpointer_attribute a
     const struct gvm_region *r = ref->region;
     *err = CUDA_ERROR_INVALID_VALUE;
     switch (attr) {
-    case CU_POINTER_ATTRIBUTE_CONTEXT: *v = (uintptr_t)r->ctx; return ANSWERED;
+    /* A default pool's memory belongs to no context (two H100s, driver 580). */
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *v = gvm_shim_ordered_pool(ref->base) ? 0 : (uintptr_t)r->ctx; return ANSWERED;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *v = CU_MEMORYTYPE_DEVICE; return ANSWERED;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
         if (!context_current()) {
@@ -176,7 +178,11 @@ static enum answer native_value(const struct gvm_ref *ref, CUpointer_attribute a
     case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: *v = gvm_heap_buffer_id(ref); return ANSWERED;
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *v = 0; return ANSWERED;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *v = (unsigned)r->device; return ANSWERED;
-    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *v = gvm_ipc_capable(ref); return ANSWERED;
+    /* Legacy IPC, RDMA and decompression are cuMemAlloc memory's; a default
+     * pool's answers 0 to each, and names its pool. */
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
+        *v = !gvm_shim_ordered_pool(ref->base) && gvm_ipc_capable(ref);
+        return ANSWERED;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *v = ref->base; return ANSWERED;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *v = ref->size; return ANSWERED;
     /* The driver maps cuMemAlloc memory in granularity-sized blocks, small
@@ -190,9 +196,11 @@ static enum answer native_value(const struct gvm_ref *ref, CUpointer_attribute a
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: *v = CU_MEM_HANDLE_TYPE_NONE; return ANSWERED;
     /* gvmshim's device pieces are RDMA capable where the device supports
      * it; the answer keeps to the allocating device when they move. */
-    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE: *v = gvm_topo.dev[r->device].rdma; return ANSWERED;
-    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *v = 0; return ANSWERED;
-    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: *v = 1; return ANSWERED;
+    case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
+        *v = !gvm_shim_ordered_pool(ref->base) && gvm_topo.dev[r->device].rdma;
+        return ANSWERED;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *v = (uintptr_t)gvm_shim_ordered_pool(ref->base); return ANSWERED;
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: *v = !gvm_shim_ordered_pool(ref->base); return ANSWERED;
     /* Device memory syncs its memory operations; host-resident pieces
      * would answer 0 at the real address. */
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *v = 1; return ANSWERED;

@@ -106,6 +106,10 @@ void gvm_shim_ordered_forget(int dev);
  * through its default pool's access grants (preload/hooks_mem.c). */
 bool gvm_shim_ordered_reached(uintptr_t base, int dev);
 
+/* The default pool whose stream-ordered allocation gvmshim served at base,
+ * or NULL when base is not one (preload/hooks_mem.c). */
+CUmemoryPool gvm_shim_ordered_pool(uintptr_t base);
+
 /* The device of ctx, or -1 when it cannot be told (preload/hooks_peer.c). */
 int gvm_shim_device_of(CUcontext ctx);
 

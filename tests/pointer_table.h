@@ -334,50 +334,6 @@ static inline char *pt_name(char *buf, size_t len, const char *prefix, const cha
     return buf;
 }
 
-/* Stream-ordered allocations of device 0's default pool asked about from
- * device 1's context: before the pool grants device 1 access, while it
- * does (natively the pool's memory is then reached from there, peer access
- * or not), and after the grant is taken back (what CUDA's
- * streamOrderedAllocationP2P sample does). */
-static inline void pt_pool_granted(void)
-{
-    CUdevice d1;
-    CUcontext c1 = NULL, before = NULL;
-    CUmemoryPool pool = NULL;
-    int can = 0;
-    if (cuDeviceGet(&d1, 1) != CUDA_SUCCESS || cuDeviceCanAccessPeer(&can, d1, 0) != CUDA_SUCCESS || !can ||
-        cuCtxGetCurrent(&before) != CUDA_SUCCESS || !before || cuDeviceGetDefaultMemPool(&pool, 0) != CUDA_SUCCESS ||
-        cuDevicePrimaryCtxRetain(&c1, d1) != CUDA_SUCCESS)
-        return;
-    CUdeviceptr large = 0, small = 0;
-    if (cuMemAllocAsync(&large, 3 * PT_MIB + 1000, NULL) == CUDA_SUCCESS &&
-        cuMemAllocAsync(&small, 1000, NULL) == CUDA_SUCCESS && cuStreamSynchronize(NULL) == CUDA_SUCCESS) {
-        struct pt_subject l = {(uintptr_t)large, 3 * PT_MIB + 1000, before}, m = {(uintptr_t)small, 1000, before};
-        CUmemAccessDesc d;
-        memset(&d, 0, sizeof d);
-        d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
-        d.location.id = 1;
-        const char *phase[3] = {"ungranted", "granted", "revoked"};
-        for (int i = 0; i < 3; i++) {
-            d.flags = i == 1 ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
-            if (i > 0 && cuMemPoolSetAccess(pool, &d, 1) != CUDA_SUCCESS) break;
-            char n[96];
-            if (cuCtxSetCurrent(c1) != CUDA_SUCCESS) break;
-            snprintf(n, sizeof n, "pool-access.%s.large.interior", phase[i]);
-            pt_point(n, &l, l.base + 10);
-            snprintf(n, sizeof n, "pool-access.%s.large.end+16", phase[i]);
-            pt_point(n, &l, l.base + l.size + 16);
-            snprintf(n, sizeof n, "pool-access.%s.small.interior", phase[i]);
-            pt_point(n, &m, m.base + 10);
-            cuCtxSetCurrent(before);
-        }
-        cuCtxSetCurrent(before);
-    }
-    if (large) cuMemFreeAsync(large, NULL);
-    if (small) cuMemFreeAsync(small, NULL);
-    cuStreamSynchronize(NULL);
-    cuDevicePrimaryCtxRelease(d1);
-}
 
 /* The edges of a live allocation. */
 static inline void pt_edges(const char *prefix, const struct pt_subject *s)
@@ -402,6 +358,64 @@ static inline void pt_freed(const char *prefix, const struct pt_subject *s)
     char n[96];
     pt_point(pt_name(n, sizeof n, prefix, "base"), s, s->base);
     pt_point(pt_name(n, sizeof n, prefix, "interior"), s, s->base + s->size / 2);
+}
+
+/* Stream-ordered allocations of the current device's default pool, asked
+ * about from their own context, then from device 1's (where there is one
+ * that reaches device 0): before the pool grants device 1 access, while it
+ * does (natively the pool's memory is then reached from there, peer access
+ * or not), and after the grant is taken back (what CUDA's
+ * streamOrderedAllocationP2P sample does). */
+static inline void pt_pool_phases(CUmemoryPool pool, CUcontext before, const struct pt_subject *l,
+                                  const struct pt_subject *m)
+{
+    CUdevice d1;
+    CUcontext c1 = NULL;
+    int can = 0;
+    if (cuDeviceGet(&d1, 1) != CUDA_SUCCESS || cuDeviceCanAccessPeer(&can, d1, 0) != CUDA_SUCCESS || !can ||
+        cuDevicePrimaryCtxRetain(&c1, d1) != CUDA_SUCCESS)
+        return;
+    CUmemAccessDesc d;
+    memset(&d, 0, sizeof d);
+    d.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
+    d.location.id = 1;
+    const char *phase[3] = {"ungranted", "granted", "revoked"};
+    for (int i = 0; i < 3; i++) {
+        d.flags = i == 1 ? CU_MEM_ACCESS_FLAGS_PROT_READWRITE : CU_MEM_ACCESS_FLAGS_PROT_NONE;
+        if (i > 0 && cuMemPoolSetAccess(pool, &d, 1) != CUDA_SUCCESS) break;
+        if (cuCtxSetCurrent(c1) != CUDA_SUCCESS) break;
+        char n[96];
+        snprintf(n, sizeof n, "pool-access.%s.large.interior", phase[i]);
+        pt_point(n, l, l->base + 10);
+        snprintf(n, sizeof n, "pool-access.%s.large.end+16", phase[i]);
+        pt_point(n, l, l->base + l->size + 16);
+        snprintf(n, sizeof n, "pool-access.%s.small.interior", phase[i]);
+        pt_point(n, m, m->base + 10);
+        cuCtxSetCurrent(before);
+    }
+    cuCtxSetCurrent(before);
+    cuDevicePrimaryCtxRelease(d1);
+}
+
+static inline void pt_pool_memory(void)
+{
+    CUcontext before = NULL;
+    CUmemoryPool pool = NULL;
+    CUdevice d0;
+    if (cuCtxGetCurrent(&before) != CUDA_SUCCESS || !before || cuCtxGetDevice(&d0) != CUDA_SUCCESS ||
+        cuDeviceGetDefaultMemPool(&pool, d0) != CUDA_SUCCESS)
+        return;
+    CUdeviceptr large = 0, small = 0;
+    if (cuMemAllocAsync(&large, 3 * PT_MIB + 1000, NULL) == CUDA_SUCCESS &&
+        cuMemAllocAsync(&small, 1000, NULL) == CUDA_SUCCESS && cuStreamSynchronize(NULL) == CUDA_SUCCESS) {
+        struct pt_subject l = {(uintptr_t)large, 3 * PT_MIB + 1000, before}, m = {(uintptr_t)small, 1000, before};
+        pt_edges("pool.large", &l);
+        pt_edges("pool.small", &m);
+        if (d0 == 0) pt_pool_phases(pool, before, &l, &m);
+    }
+    if (large) cuMemFreeAsync(large, NULL);
+    if (small) cuMemFreeAsync(small, NULL);
+    cuStreamSynchronize(NULL);
 }
 
 /* ---- the table ---------------------------------------------------------- */
@@ -496,7 +510,7 @@ static inline int pt_table(struct pt_env *e)
     pt_peer_enabled("peer-context.enabled.large.interior", &large, large.base + 10);
     /* Disabled again: back to the first answers. */
     pt_other_device("peer-context.again.small.interior", &small, small.base + 10);
-    pt_pool_granted();
+    pt_pool_memory();
 
     /* Moves: the program still sees device memory of device 0. */
     pt_move(e, &large, GVM_HOST);

@@ -464,6 +464,14 @@ static void default_pool(cudaStream_t s)
     CK(cudaStreamSynchronize(s));
     check_data("cudaMallocAsync memory after the set", out.data(), want.data(), MiB);
     pool_attribute("default, UsedMemCurrent, 1 MiB live", def, cudaMemPoolAttrUsedMemCurrent);
+    /* A pool's memory is not legacy IPC's (pools export their own way). */
+    cudaIpcMemHandle_t h;
+    rec("cudaIpcGetMemHandle(cudaMallocAsync memory)", cudaIpcGetMemHandle(&h, q));
+    last_error();
+    unsigned long long flag = 7;
+    rec_drv("cuPointerGetAttribute(IS_LEGACY_CUDA_IPC_CAPABLE)",
+            cuPointerGetAttribute(&flag, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, (CUdeviceptr)q));
+    printf("  legacy IPC capable: %llu\n", flag);
     must("cudaFreeAsync(cudaMallocAsync memory)", cudaFreeAsync(q, s));
     CK(cudaStreamSynchronize(s));
     pool_attribute("default, UsedMemCurrent, after the free", def, cudaMemPoolAttrUsedMemCurrent);

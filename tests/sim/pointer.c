@@ -83,6 +83,7 @@ struct sim_ptr_info {
     size_t range_size, map_size;
     unsigned long long buffer_id, block_id, handle_types;
     int rdma, host_visible, native, reached;
+    uintptr_t pool; /* a default pool's allocation: the pool, else 0 */
     unsigned mask, rwmask;
 };
 
@@ -93,16 +94,19 @@ static struct sim_ptr_info sim_ptr_lookup(uintptr_t p)
     struct sim_map *m = n ? NULL : sim_map_at(p);
     struct sim_resv *r = n || m ? NULL : sim_resv_at(p);
     if (n) {
+        /* A default pool's memory belongs to no context, is neither legacy
+         * IPC, RDMA nor decompression capable, and names its pool (two
+         * H100s, driver 580). */
         pi = (struct sim_ptr_info){
-            .known = SIM_MEMORY, .ctx = &sim.dev[n->dev].ctx, .memtype = CU_MEMORYTYPE_DEVICE,
+            .known = SIM_MEMORY, .ctx = n->pooled ? NULL : &sim.dev[n->dev].ctx, .memtype = CU_MEMORYTYPE_DEVICE,
             .ordinal = n->dev, .range_base = n->base, .range_size = n->size,
             /* The driver maps cuMemAlloc memory in granularity blocks
              * (H100, driver 580: MAPPING_* name the block). */
             .map_base = n->base & ~(SIM_GRANULE - 1),
             .map_size = ((n->base + n->size + SIM_GRANULE - 1) & ~(SIM_GRANULE - 1)) - (n->base & ~(SIM_GRANULE - 1)),
             .buffer_id = n->id,
-            .block_id = n->id, .rdma = 1, .native = 1, .mask = 1u << n->dev, .rwmask = 1u << n->dev,
-            .reached = sim_native_reached(n)};
+            .block_id = n->id, .rdma = !n->pooled, .native = 1, .mask = 1u << n->dev, .rwmask = 1u << n->dev,
+            .reached = sim_native_reached(n), .pool = n->pooled ? (uintptr_t)sim_pool_default_of(n->dev) : 0};
     } else if (r) {
         /* The range attributes name the reservation (cuda.h), MAPPED says 0. */
         pi = (struct sim_ptr_info){.known = SIM_RESERVED, .range_base = r->base, .range_size = r->size};
@@ -205,18 +209,18 @@ static int sim_attr_value(const struct sim_ptr_info *pi, CUpointer_attribute a, 
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *v = 0; return 1;
     case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *v = (unsigned)pi->ordinal; return 1;
     /* Legacy IPC exports cuMemAlloc memory only. */
-    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *v = (unsigned)pi->native; return 1;
+    case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE: *v = (unsigned)(pi->native && !pi->pool); return 1;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *v = pi->range_base; return 1;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *v = pi->range_size; return 1;
     case CU_POINTER_ATTRIBUTE_MAPPED: *v = 1; return 1;
     case CU_POINTER_ATTRIBUTE_ALLOWED_HANDLE_TYPES: *v = pi->handle_types; return 1;
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE: *v = (unsigned)pi->rdma; return 1;
     case CU_POINTER_ATTRIBUTE_ACCESS_FLAGS: *v = sim_access_flags(pi); return 1;
-    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *v = 0; return 1;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *v = pi->pool; return 1;
     case CU_POINTER_ATTRIBUTE_MAPPING_SIZE: *v = pi->map_size; return 1;
     case CU_POINTER_ATTRIBUTE_MAPPING_BASE_ADDR: *v = pi->map_base; return 1;
     case CU_POINTER_ATTRIBUTE_MEMORY_BLOCK_ID: *v = pi->block_id; return 1;
-    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: *v = (unsigned)pi->native; return 1;
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: *v = (unsigned)(pi->native && !pi->pool); return 1;
     default: return 0; /* P2P tokens: sim_p2p_tokens */
     }
 }
