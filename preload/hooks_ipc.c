@@ -4,10 +4,20 @@
 #include "preload/ipc.h"
 #include "preload/shim.h"
 
+/* A default pool's memory is not legacy IPC's (the driver answers
+ * CUDA_ERROR_INVALID_VALUE for it: two H100s, driver 580), so neither is
+ * the stream-ordered memory gvmshim serves for one. */
+static bool pool_memory(CUdeviceptr p)
+{
+    struct gvm_ref ref;
+    return gvm_heap_find((uintptr_t)p, &ref) && gvm_shim_ordered_pool(ref.base);
+}
+
 GVM_EXPORT CUresult CUDAAPI cuIpcGetMemHandle(CUipcMemHandle *handle, CUdeviceptr p)
 {
     gvm_hook_count(GVM_FN_cuIpcGetMemHandle);
     if (handle && p && gvm_shim_active()) {
+        if (pool_memory(p)) return CUDA_ERROR_INVALID_VALUE;
         CUresult rc = gvm_ipc_export(handle, p);
         if (rc != CUDA_ERROR_NOT_FOUND) return rc;
     }

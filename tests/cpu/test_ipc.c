@@ -601,6 +601,17 @@ static void forged_and_foreign_handles(void)
     EXPECT(NULL, "1", "calls cuIpcGetMemHandle");
     export_here(p);
     EXPECT(NULL, "1", "calls cuIpcGetMemHandle");
+    /* The default pool's memory, which gvmshim serves, is not legacy IPC's:
+     * refused as the driver refuses it (CUDA_ERROR_INVALID_VALUE), at its
+     * base and inside, and the pointer answers say so. */
+    CUdeviceptr o = 0;
+    CHECK_EQ(D(cuMemAllocAsync, &o, 3 * MiB, NULL), CUDA_SUCCESS);
+    EXPECT(NULL, "1", "export %#llx", (unsigned long long)o);
+    EXPECT(NULL, "1", "export %#llx", (unsigned long long)o + 4096);
+    unsigned capable = 7;
+    CHECK_EQ(D(cuPointerGetAttribute, &capable, CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE, o), CUDA_SUCCESS);
+    CHECK_EQ(capable, 0u);
+    CHECK_EQ(D(cuMemFreeAsync, o, NULL), CUDA_SUCCESS);
 }
 
 static void every_abi_reaches_the_hooks(void)

@@ -335,6 +335,11 @@ static int sim_pool_owner(CUmemoryPool pool)
 
 CUmemoryPool sim_pool_default_of(int dev) { return sim_pool_default(dev); }
 
+CUmemoryPool sim_pool_current_of(int dev)
+{
+    return sim_pool_current[dev] ? sim_pool_current[dev] : sim_pool_default(dev);
+}
+
 int sim_pool_is_default(CUmemoryPool pool, int dev) { return sim_dev_valid(dev) && pool == sim_pool_default(dev); }
 
 int sim_pool_reaches(int owner, int dev)

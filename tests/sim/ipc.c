@@ -118,7 +118,8 @@ static const char sim_ipc_magic[8] = "SIMIPC01";
 static CUresult sim_ipc_get(CUipcMemHandle *out, CUdeviceptr p)
 {
     struct sim_native *n = sim_native_at((uintptr_t)p);
-    if (!out || !n || n->base != (uintptr_t)p)
+    /* A default pool's memory is not legacy IPC's (two H100s, driver 580). */
+    if (!out || !n || n->base != (uintptr_t)p || n->pooled)
         return CUDA_ERROR_INVALID_VALUE;
     memset(out, 0, sizeof *out);
     memcpy(out->reserved, sim_ipc_magic, sizeof sim_ipc_magic);

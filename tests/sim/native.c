@@ -157,8 +157,8 @@ CUresult CUDAAPI cuMemFree_v2(CUdeviceptr dptr)
 
 /* Stream-ordered allocation is immediate here; it charges the stream's
  * device, not the current context's. */
-/* pool: the one named, NULL for the device's current one (taken as its
- * default: the sim's allocations ignore pools but for access grants). */
+/* pool: the one named, NULL for the device's current one (the sim's
+ * allocations ignore pools but for the default pools' access grants). */
 static CUresult sim_mem_alloc_in(CUdeviceptr *dptr, size_t size, CUmemoryPool pool, CUstream s)
 {
     int dev;
@@ -168,7 +168,7 @@ static CUresult sim_mem_alloc_in(CUdeviceptr *dptr, size_t size, CUmemoryPool po
     uintptr_t p = 0;
     rc = sim_native_alloc(dptr ? &p : NULL, size, dev, 0);
     if (rc == CUDA_SUCCESS) {
-        sim_native_at(p)->pooled = !pool || sim_pool_is_default(pool, dev);
+        sim_native_at(p)->pooled = sim_pool_is_default(pool ? pool : sim_pool_current_of(dev), dev);
         *dptr = p;
     }
     return rc;

@@ -188,6 +188,7 @@ struct sim_native *sim_native_at(uintptr_t p);
 int sim_pool_reaches(int owner, int dev);
 int sim_pool_is_default(CUmemoryPool pool, int dev);
 CUmemoryPool sim_pool_default_of(int dev);
+CUmemoryPool sim_pool_current_of(int dev);
 /* Whether the current context reaches native memory n: its device, peer
  * access, or (pool memory) the pool's grants. */
 int sim_native_reached(const struct sim_native *n);
