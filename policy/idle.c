@@ -63,6 +63,14 @@ static void *give_back_rounds(void *arg)
     }
 }
 
+void gvm_idle_give_back(int device)
+{
+    if (device < 0 || device >= gvm_topo.ndev) return;
+    pthread_mutex_lock(&round_lock);
+    if (!__atomic_load_n(&stopped, __ATOMIC_ACQUIRE)) gvm_heap_trim(device);
+    pthread_mutex_unlock(&round_lock);
+}
+
 void gvm_idle_hold(bool on)
 {
     if (on)

@@ -10,6 +10,11 @@
  * called at the program's frees. */
 void gvm_idle_start(void);
 
+/* Gives back now all the idle memory gvmshim keeps for device (freed
+ * allocations cached, pooled pieces), as a trim of its default pool does
+ * natively (preload's cuMemPoolTrimTo); after a round under way. */
+void gvm_idle_give_back(int device);
+
 /* Waits for a round under way and keeps the next from starting (on), or
  * lets rounds run again (off): a device reset frees the memory itself and
  * must find no round half done. */

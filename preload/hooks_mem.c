@@ -4,6 +4,7 @@
 #include "core/capture.h"
 #include "core/log.h"
 #include "core/reach.h"
+#include "policy/idle.h"
 #include "policy/place.h"
 #include "core/tally.h"
 
@@ -360,6 +361,22 @@ GVM_EXPORT CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_a
         int owner = default_pool_owner(pool);
         if (owner >= 0) gvm_tally_reset_high(&ordered_live, owner);
     }
+    return rc;
+}
+
+/* Trimming a default pool to nothing gives its freed memory back to the
+ * system natively (PyTorch's cudaMallocAsync backend does it in
+ * torch.cuda.empty_cache(), CuPy's MemoryAsyncPool in free_all_blocks()),
+ * and nvidia-smi shows it gone at once. gvmshim's freed memory of that
+ * device, kept for reuse, goes back with it. A trim that keeps some bytes
+ * keeps gvmshim's too; none happens while a capture is open (it may wait
+ * for the device). */
+GVM_EXPORT CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
+{
+    gvm_hook_count(GVM_FN_cuMemPoolTrimTo);
+    CUresult rc = GVM_REAL(cuMemPoolTrimTo)(pool, keep);
+    int owner = rc == CUDA_SUCCESS && !keep && gvm_shim_active() ? default_pool_owner(pool) : -1;
+    if (owner >= 0 && !gvm_capture_open(owner)) gvm_idle_give_back(owner);
     return rc;
 }
 

@@ -409,6 +409,41 @@ static void default_pool_use_counts_what_gvmshim_serves(void)
     CHECK_EQ(D(cuMemPoolSetAttribute, def, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &bad), CUDA_ERROR_INVALID_VALUE);
 }
 
+/* A trim of the default pool to nothing (torch.cuda.empty_cache() with the
+ * cudaMallocAsync backend, CuPy's free_all_blocks()) gives back what
+ * gvmshim keeps of the device's freed memory, as the pool gives its own
+ * back natively; a trim that keeps bytes and another device's pool leave
+ * it, and the driver's answer stands. */
+static void pool_trim_gives_back_freed_memory(void)
+{
+    start();
+    size_t (*phys_bytes)(int) = sim_fn("simcuda_phys_bytes");
+    CUmemoryPool def0, def1;
+    CHECK_EQ(D(cuDeviceGetDefaultMemPool, &def0, 0), CUDA_SUCCESS);
+    CHECK_EQ(D(cuDeviceGetDefaultMemPool, &def1, 1), CUDA_SUCCESS);
+    CUdeviceptr a = 0, b = 0;
+    CHECK_EQ(D(cuMemAllocAsync, &a, 24 * MiB, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAlloc_v2, &b, 12 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFreeAsync, a, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFree_v2, b), CUDA_SUCCESS);
+    CHECK_EQ(D(cuStreamSynchronize, NULL), CUDA_SUCCESS);
+    size_t cached = phys_bytes(0);   /* the suite keeps freed memory (GVM_CACHE_IDLE=0) */
+    CHECK(cached >= 36 * MiB);
+    CHECK_EQ(D(cuMemPoolTrimTo, def0, MiB), CUDA_SUCCESS);
+    CHECK_EQ(phys_bytes(0), cached);
+    CHECK_EQ(D(cuMemPoolTrimTo, def1, 0), CUDA_SUCCESS);
+    CHECK_EQ(phys_bytes(0), cached);
+    CHECK_EQ(D(cuMemPoolTrimTo, NULL, 0), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(phys_bytes(0), cached);
+    CHECK_EQ(D(cuMemPoolTrimTo, def0, 0), CUDA_SUCCESS);
+    CHECK(phys_bytes(0) + 36 * MiB <= cached);
+    /* Served again afterwards, from fresh memory. */
+    CHECK_EQ(D(cuMemAllocAsync, &a, 24 * MiB, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemsetD8Async, a, 0x3c, 24 * MiB, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFreeAsync, a, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuStreamSynchronize, NULL), CUDA_SUCCESS);
+}
+
 /* Access to the default pool granted before gvmshim served anything (a
  * fresh process: no allocation yet) holds for what it serves later. */
 static int pool_access_first_workload(void)
@@ -1758,6 +1793,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(stream_ordered_allocations_are_served)
     TEST_ENTRY(default_pool_allocations_and_access_are_served)
     TEST_ENTRY(default_pool_use_counts_what_gvmshim_serves)
+    TEST_ENTRY(pool_trim_gives_back_freed_memory)
     TEST_ENTRY(failed_driver_call_returns_its_error_and_leaks_nothing)
     TEST_ENTRY(linked_program_first_call_is_not_an_allocation)
     TEST_ENTRY(no_context_is_the_native_error)

@@ -6,7 +6,8 @@ arrays need ~1.5x GVM_DEVICE_LIMIT completes under GVM_SPILL=host with the
 same results as natively. CuPy's stream-ordered pool (MemoryAsyncPool,
 cudaMallocAsync) is held to the limit too: NVML's figure for the process
 stays within the limit past what it held before the job, and the pool's
-own used_bytes() counts the arrays.
+own used_bytes() counts the arrays; and free_all_blocks() (a trim of the
+default pool) gives freed memory back at once, as NVML sees natively.
 
 The parent runs without the shim (it never imports cupy); each run is a
 child process. Exit 77 without cupy or a GPU.
@@ -128,6 +129,34 @@ def child_run(args):
     return res
 
 
+def child_trim(args):
+    """2 GiB of arrays from MemoryAsyncPool, made and freed within a few
+    milliseconds, then pool.free_all_blocks() (a trim of the device's
+    default pool to nothing): NVML's figure for the process before, with
+    the arrays, and right after the trim."""
+    cp = cupy_or_skip()
+    from gvmnvml import try_nvml
+
+    nvml, why = try_nvml(1)
+    if nvml is None:
+        gt.child_skip(why)
+    pool = cp.cuda.MemoryAsyncPool()
+    cp.cuda.set_allocator(pool.malloc)
+    x = cp.ones((64, 64), dtype=cp.float32)
+    float((x @ x).sum())
+    cp.cuda.Device(0).synchronize()
+    base = nvml.used(0)
+    arrays = [cp.full((64 * MiB,), i, dtype=cp.float32) for i in range(8)]
+    sums = [float(a[-1]) for a in arrays]
+    cp.cuda.Device(0).synchronize()
+    held = nvml.used(0)
+    del arrays
+    cp.cuda.Device(0).synchronize()
+    pool.free_all_blocks()
+    after = nvml.used(0)
+    return {"base": base, "held": held, "after": after, "sums": sums}
+
+
 SPILL = {"mats": 6, "dim": 8192, "steps": 4}
 
 
@@ -200,10 +229,26 @@ def case_async_pool_limit():
               "failed migrations %d, failed allocations %d" % (st["migrations_failed"], st["alloc_failures"]))
 
 
+def case_async_pool_trim():
+    """free_all_blocks() gives the pool's freed memory back: NVML shows it
+    gone at once natively, and must under the shim, whose cache would
+    otherwise keep memory freed this young for up to cache_idle."""
+    for shim in (False, True):
+        r = gt.run_child(__file__, "trim", {}, shim=shim, label="trim (%s)" % ("shim" if shim else "native")).result
+        print("  %s: NVML %.0f MiB, with 2 GiB of arrays %.0f, after free_all_blocks() %.0f"
+              % ("shim" if shim else "native", r["base"] / MiB, r["held"] / MiB, r["after"] / MiB))
+        gt.expect(r["sums"] == [float(i) for i in range(8)], "the arrays held %s" % r["sums"])
+        gt.expect(r["held"] - r["base"] >= 2 * GiB - 64 * MiB, "the arrays added only %.0f MiB"
+                  % ((r["held"] - r["base"]) / MiB))
+        gt.expect(r["after"] - r["base"] <= 64 * MiB, "%s: %.0f MiB still held after free_all_blocks()"
+                  % ("shim" if shim else "native", (r["after"] - r["base"]) / MiB))
+
+
 def main():
-    return gt.suite_main("cupy", "cupy", {"run": child_run},
+    return gt.suite_main("cupy", "cupy", {"run": child_run, "trim": child_trim},
                          [("same_results_native_vs_shim", case_same_results), ("served_by_shim", case_served_by_shim),
-                          ("spill_host", case_spill_host), ("async_pool_limit", case_async_pool_limit)])
+                          ("spill_host", case_spill_host), ("async_pool_limit", case_async_pool_limit),
+                          ("async_pool_trim", case_async_pool_trim)])
 
 
 if __name__ == "__main__":

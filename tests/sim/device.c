@@ -377,6 +377,14 @@ CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *ma
     SIM_API(cuMemPoolSetAccess, SIM_WRITE, sim_pool_set_access(pool, map, count));
 }
 
+/* The sim's pools hold no memory of their own: a trim has nothing to give. */
+static CUresult sim_pool_trim(CUmemoryPool pool) { return pool ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
+
+CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
+{
+    SIM_API(cuMemPoolTrimTo, SIM_WRITE, sim_pool_trim(pool));
+}
+
 /* The owner's access is read-write; a pool the program made grants none. */
 static CUresult sim_pool_get_access(CUmemAccess_flags *flags, CUmemoryPool pool, CUmemLocation *at)
 {
