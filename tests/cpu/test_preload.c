@@ -435,6 +435,16 @@ static void pool_trim_gives_back_freed_memory(void)
     CHECK_EQ(phys_bytes(0), cached);
     CHECK_EQ(D(cuMemPoolTrimTo, NULL, 0), CUDA_ERROR_INVALID_VALUE);
     CHECK_EQ(phys_bytes(0), cached);
+    /* Not while a capture is open: giving back may wait for the device. */
+    CUstream s;
+    CUgraph g = NULL;
+    CHECK_EQ(D(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CHECK_EQ(D(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemPoolTrimTo, def0, 0), CUDA_SUCCESS);
+    CHECK_EQ(phys_bytes(0), cached);
+    CHECK_EQ(D(cuStreamEndCapture, s, &g), CUDA_SUCCESS);
+    if (g) CHECK_EQ(D(cuGraphDestroy, g), CUDA_SUCCESS);
+    CHECK_EQ(D(cuStreamDestroy_v2, s), CUDA_SUCCESS);
     CHECK_EQ(D(cuMemPoolTrimTo, def0, 0), CUDA_SUCCESS);
     CHECK(phys_bytes(0) + 36 * MiB <= cached);
     /* Served again afterwards, from fresh memory. */
