@@ -13,6 +13,14 @@ static unsigned bucket_of(uint64_t key) { return (unsigned)((key * 0x9e3779b97f4
 
 static bool on_device(int dev) { return dev >= 0 && dev < GVM_MAX_DEVICES; }
 
+/* Where key's entry is linked (*result NULL when absent); lock held. */
+static struct gvm_tally_entry **slot_of(struct gvm_tally *t, uint64_t key)
+{
+    struct gvm_tally_entry **pp = &t->table[bucket_of(key)];
+    while (*pp && (*pp)->key != key) pp = &(*pp)->next;
+    return pp;
+}
+
 bool gvm_tally_add(struct gvm_tally *t, uint64_t key, int dev, size_t bytes)
 {
     struct gvm_tally_entry *e = on_device(dev) ? malloc(sizeof *e) : NULL;
@@ -33,8 +41,7 @@ bool gvm_tally_take(struct gvm_tally *t, uint64_t key, int *dev, size_t *bytes)
 {
     if (!__atomic_load_n(&t->live, __ATOMIC_RELAXED)) return false;
     pthread_mutex_lock(&t->lock);
-    struct gvm_tally_entry **pp = &t->table[bucket_of(key)];
-    while (*pp && (*pp)->key != key) pp = &(*pp)->next;
+    struct gvm_tally_entry **pp = slot_of(t, key);
     struct gvm_tally_entry *e = *pp;
     if (e) {
         *pp = e->next;
@@ -53,8 +60,7 @@ bool gvm_tally_find(struct gvm_tally *t, uint64_t key, int *dev)
 {
     if (!__atomic_load_n(&t->live, __ATOMIC_RELAXED)) return false;
     pthread_mutex_lock(&t->lock);
-    struct gvm_tally_entry *e = t->table[bucket_of(key)];
-    while (e && e->key != key) e = e->next;
+    struct gvm_tally_entry *e = *slot_of(t, key);
     if (e) *dev = e->dev;
     pthread_mutex_unlock(&t->lock);
     return e != NULL;

@@ -319,18 +319,15 @@ CUmemoryPool gvm_shim_ordered_pool(uintptr_t base)
     return gvm_tally_find(&ordered_live, base, &owner) ? default_pool(owner) : NULL;
 }
 
-/* Whether a context on dev reaches the allocation at base as a default
- * pool's allocation: natively a pool's memory is reached by the devices
- * its access grants name, whatever peer access says, and only while they
- * name them (the pool's own answer, so a revoke counts at once). */
-bool gvm_shim_ordered_reached(uintptr_t base, int dev)
+/* Whether pool (a default pool, or NULL) grants dev access: natively a
+ * pool's memory is reached by the devices its grants name, whatever peer
+ * access says, and only while they name them (the pool's own answer, so
+ * a revoke counts at once). */
+bool gvm_shim_pool_grants(CUmemoryPool pool, int dev)
 {
-    int owner;
-    if (!gvm_drv.cuMemPoolGetAccess || !gvm_tally_find(&ordered_live, base, &owner)) return false;
-    CUmemoryPool pool = default_pool(owner);
     CUmemLocation at = {.type = CU_MEM_LOCATION_TYPE_DEVICE, .id = dev};
     CUmemAccess_flags flags = CU_MEM_ACCESS_FLAGS_PROT_NONE;
-    return pool && gvm_drv.cuMemPoolGetAccess(&flags, pool, &at) == CUDA_SUCCESS &&
+    return pool && gvm_drv.cuMemPoolGetAccess && gvm_drv.cuMemPoolGetAccess(&flags, pool, &at) == CUDA_SUCCESS &&
            flags != CU_MEM_ACCESS_FLAGS_PROT_NONE;
 }
 

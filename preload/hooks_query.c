@@ -36,7 +36,7 @@ static bool reachable(const struct gvm_ref *ref)
     if (GVM_REAL(cuCtxGetCurrent)(&c) != CUDA_SUCCESS || !c || c == ref->region->ctx) return true;
     if (GVM_REAL(cuCtxGetDevice)(&d) != CUDA_SUCCESS || d == ref->region->device) return true;
     return gvm_shim_peer_unknown() || gvm_shim_peer_enabled(c, ref->region->ctx) ||
-           gvm_shim_ordered_reached(ref->base, d);
+           gvm_shim_pool_grants(gvm_shim_ordered_pool(ref->base), d);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuMemGetAddressRange_v2(CUdeviceptr *pbase, size_t *psize, CUdeviceptr dptr)
@@ -150,20 +150,20 @@ enum answer { ANSWERED, NO_VALUE, ASK_DRIVER };
 
 static size_t round_gran(size_t n) { return (n + gvm_topo.gran - 1) / gvm_topo.gran * gvm_topo.gran; }
 
-/* What cuMemAlloc memory (or a default pool's, for the stream-ordered
- * allocations gvmshim serves) answers for attr (the native answers below were
+/* What cuMemAlloc memory (or, pool not NULL, that default pool's: the
+ * stream-ordered allocations gvmshim serves) answers for attr (the native answers below were
  * read off an H100, driver 580, by tests/gpu/pointer_answers.cu). NO_VALUE:
  * the single query writes 0 and fails with *err, the batch gives 0;
  * ASK_DRIVER: the driver knows better at the real address (tokens gvmshim
  * cannot make, access from other devices, attributes newer than this code). */
-static enum answer native_value(const struct gvm_ref *ref, CUpointer_attribute attr, uintptr_t p,
-                                unsigned long long *v, CUresult *err)
+static enum answer native_value(const struct gvm_ref *ref, CUmemoryPool pool, CUpointer_attribute attr,
+                                uintptr_t p, unsigned long long *v, CUresult *err)
 {
     const struct gvm_region *r = ref->region;
     *err = CUDA_ERROR_INVALID_VALUE;
     switch (attr) {
     /* A default pool's memory belongs to no context (two H100s, driver 580). */
-    case CU_POINTER_ATTRIBUTE_CONTEXT: *v = gvm_shim_ordered_pool(ref->base) ? 0 : (uintptr_t)r->ctx; return ANSWERED;
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *v = pool ? 0 : (uintptr_t)r->ctx; return ANSWERED;
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE: *v = CU_MEMORYTYPE_DEVICE; return ANSWERED;
     case CU_POINTER_ATTRIBUTE_DEVICE_POINTER:
         if (!context_current()) {
@@ -181,7 +181,7 @@ static enum answer native_value(const struct gvm_ref *ref, CUpointer_attribute a
     /* Legacy IPC, RDMA and decompression are cuMemAlloc memory's; a default
      * pool's answers 0 to each, and names its pool. */
     case CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE:
-        *v = !gvm_shim_ordered_pool(ref->base) && gvm_ipc_capable(ref);
+        *v = !pool && gvm_ipc_capable(ref);
         return ANSWERED;
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *v = ref->base; return ANSWERED;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *v = ref->size; return ANSWERED;
@@ -197,10 +197,10 @@ static enum answer native_value(const struct gvm_ref *ref, CUpointer_attribute a
     /* gvmshim's device pieces are RDMA capable where the device supports
      * it; the answer keeps to the allocating device when they move. */
     case CU_POINTER_ATTRIBUTE_IS_GPU_DIRECT_RDMA_CAPABLE:
-        *v = !gvm_shim_ordered_pool(ref->base) && gvm_topo.dev[r->device].rdma;
+        *v = !pool && gvm_topo.dev[r->device].rdma;
         return ANSWERED;
-    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *v = (uintptr_t)gvm_shim_ordered_pool(ref->base); return ANSWERED;
-    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: *v = !gvm_shim_ordered_pool(ref->base); return ANSWERED;
+    case CU_POINTER_ATTRIBUTE_MEMPOOL_HANDLE: *v = (uintptr_t)pool; return ANSWERED;
+    case CU_POINTER_ATTRIBUTE_IS_HW_DECOMPRESS_CAPABLE: *v = !pool; return ANSWERED;
     /* Device memory syncs its memory operations; host-resident pieces
      * would answer 0 at the real address. */
     case CU_POINTER_ATTRIBUTE_SYNC_MEMOPS: *v = 1; return ANSWERED;
@@ -248,7 +248,7 @@ GVM_EXPORT CUresult CUDAAPI cuPointerGetAttribute(void *data, CUpointer_attribut
         if (data && gvm_heap_find((uintptr_t)ptr, &ref)) {
             unsigned long long v;
             CUresult err;
-            switch (native_value(&ref, attr, (uintptr_t)ptr, &v, &err)) {
+            switch (native_value(&ref, gvm_shim_ordered_pool(ref.base), attr, (uintptr_t)ptr, &v, &err)) {
             case ANSWERED: store(data, attr, v); return CUDA_SUCCESS;
             case NO_VALUE: store(data, attr, 0); return err;
             case ASK_DRIVER: return ask_driver(data, attr, ptr);
@@ -279,6 +279,7 @@ GVM_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int n, CUpointer_att
      * then replace the defaults. */
     CUresult rc = GVM_REAL(cuPointerGetAttributes)(n, attrs, data, gvm_decoy_for((uintptr_t)ptr));
     if (rc != CUDA_SUCCESS) return rc;
+    CUmemoryPool pool = live ? gvm_shim_ordered_pool(ref.base) : NULL;   /* once for every attribute */
     for (unsigned i = 0; i < n; i++) {
         if (!data[i]) continue;
         if (!live) {
@@ -287,7 +288,7 @@ GVM_EXPORT CUresult CUDAAPI cuPointerGetAttributes(unsigned int n, CUpointer_att
         }
         unsigned long long v;
         CUresult err;
-        switch (native_value(&ref, attrs[i], (uintptr_t)ptr, &v, &err)) {
+        switch (native_value(&ref, pool, attrs[i], (uintptr_t)ptr, &v, &err)) {
         case ANSWERED: store(data[i], attrs[i], v); break;
         case NO_VALUE: store(data[i], attrs[i], 0); break;
         case ASK_DRIVER: ask_driver(data[i], attrs[i], ptr); break;

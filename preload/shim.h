@@ -102,13 +102,11 @@ bool gvm_shim_peer_unknown(void);
 void gvm_shim_peer_forget(CUcontext ctx);
 void gvm_shim_ordered_forget(int dev);
 
-/* Whether a context on dev reaches the stream-ordered allocation at base
- * through its default pool's access grants (preload/hooks_mem.c). */
-bool gvm_shim_ordered_reached(uintptr_t base, int dev);
-
 /* The default pool whose stream-ordered allocation gvmshim served at base,
- * or NULL when base is not one (preload/hooks_mem.c). */
+ * or NULL when base is not one; whether such a pool grants dev access
+ * (false for NULL) (preload/hooks_mem.c). */
 CUmemoryPool gvm_shim_ordered_pool(uintptr_t base);
+bool gvm_shim_pool_grants(CUmemoryPool pool, int dev);
 
 /* The device of ctx, or -1 when it cannot be told (preload/hooks_peer.c). */
 int gvm_shim_device_of(CUcontext ctx);

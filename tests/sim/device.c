@@ -340,8 +340,6 @@ CUmemoryPool sim_pool_current_of(int dev)
     return sim_pool_current[dev] ? sim_pool_current[dev] : sim_pool_default(dev);
 }
 
-int sim_pool_is_default(CUmemoryPool pool, int dev) { return sim_dev_valid(dev) && pool == sim_pool_default(dev); }
-
 int sim_pool_reaches(int owner, int dev)
 {
     return owner == dev || (sim_dev_valid(owner) && (sim_pool_grants[owner] >> dev & 1));

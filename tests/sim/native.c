@@ -168,7 +168,7 @@ static CUresult sim_mem_alloc_in(CUdeviceptr *dptr, size_t size, CUmemoryPool po
     uintptr_t p = 0;
     rc = sim_native_alloc(dptr ? &p : NULL, size, dev, 0);
     if (rc == CUDA_SUCCESS) {
-        sim_native_at(p)->pooled = sim_pool_is_default(pool ? pool : sim_pool_current_of(dev), dev);
+        sim_native_at(p)->pooled = (pool ? pool : sim_pool_current_of(dev)) == sim_pool_default_of(dev);
         *dptr = p;
     }
     return rc;

@@ -186,7 +186,6 @@ struct sim_handle *sim_handle_find(CUmemGenericAllocationHandle id);
 struct sim_native *sim_native_at(uintptr_t p);
 /* Whether a context on dev reaches owner's default pool (its access grants). */
 int sim_pool_reaches(int owner, int dev);
-int sim_pool_is_default(CUmemoryPool pool, int dev);
 CUmemoryPool sim_pool_default_of(int dev);
 CUmemoryPool sim_pool_current_of(int dev);
 /* Whether the current context reaches native memory n: its device, peer
