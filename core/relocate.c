@@ -25,7 +25,7 @@ static const char *reason(unsigned how)
 
 static CUresult move_to(struct gvm_region *r, int loc, unsigned how)
 {
-    return gvm_move_blocks(r, loc, !(how & GVM_RELOC_QUIESCED), reason(how));
+    return gvm_move_blocks(r, loc, true, reason(how));
 }
 
 /* Spilled lazily: its contents wait on the shelf, its addresses unmapped. */
@@ -99,11 +99,11 @@ static CUresult pause(struct gvm_region *r, int loc, unsigned how)
     bool released = false;
     if (loc == GVM_LOC_NONE) {
         /* Unmapping memory a kernel still reads would kill the kernel. */
-        rc = how & GVM_RELOC_QUIESCED ? CUDA_SUCCESS : gvm_topo_quiesce();
+        rc = gvm_topo_quiesce();
         if (rc == CUDA_SUCCESS) rc = discard(r, &released);
         if (rc == CUDA_SUCCESS || released) GVM_STORE(r->flags, r->flags | GVM_RF_DISCARDED);
     } else if (how & GVM_RELOC_SHELVE) {
-        rc = r->shelf ? CUDA_SUCCESS : gvm_shelf_put(r, how & GVM_RELOC_QUIESCED, false, "pause");
+        rc = r->shelf ? CUDA_SUCCESS : gvm_shelf_put(r, false, false, "pause");
         if (rc == CUDA_SUCCESS) gvm_region_shelf_paused(r);   /* a lazy spill's shelf keeps the pause's copy */
     } else if (r->shelf) {
         rc = gvm_shelf_map_in_place(r);   /* the pause keeps its copy readable */
@@ -195,7 +195,7 @@ CUresult gvm_relocate_locked(struct gvm_region *r, int loc, unsigned how)
     else if (lazy(r))
         rc = unshelve(r, how & GVM_RELOC_MAPPED ? GVM_LOC_HOST : loc, how);
     else if (shelvable(r, loc, how))
-        rc = counted(r, loc, gvm_shelf_put(r, how & GVM_RELOC_QUIESCED, true, reason(how)));
+        rc = counted(r, loc, gvm_shelf_put(r, false, true, reason(how)));
     else
         rc = move_to(r, loc, how);
     gvm_capture_restore(mode);
@@ -295,9 +295,7 @@ static CUresult wait_for_uses(struct gvm_region *in, const struct gvm_move_req *
 int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const *out, const int *to, int nout,
                       unsigned out_flags, CUresult *in_rc)
 {
-    const unsigned in_how = GVM_RELOC_PROMOTE | GVM_RELOC_QUIESCED,
-                   out_how = GVM_RELOC_SPILL | GVM_RELOC_QUIESCED | (out_flags & GVM_RELOC_SHELVE);
-    const bool waited = out_flags & GVM_RELOC_QUIESCED;
+    const unsigned in_how = GVM_RELOC_PROMOTE, out_how = GVM_RELOC_SPILL | (out_flags & GVM_RELOC_SHELVE);
     *in_rc = CUDA_ERROR_NOT_PERMITTED;
     if (!take(in, home, in_how, false)) return 0;
     struct gvm_move_req req[nout > 0 ? nout : 1], mapped[nout > 0 ? nout : 1],
@@ -318,7 +316,7 @@ int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const 
     /* Waited for only now that every region is taken: a launch reaching
      * one of them is then either queued already (the wait covers it) or
      * waits for the swap (core/move.h). */
-    CUresult rc = waited ? CUDA_SUCCESS : wait_for_uses(in, req, shelve, n);
+    CUresult rc = wait_for_uses(in, req, shelve, n);
     if (rc != CUDA_SUCCESS) {
         for (int i = 0; i < n; i++) give_back(req[i].r, req[i].loc, out_how, rc);
         give_back(in, home, in_how, rc);

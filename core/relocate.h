@@ -39,10 +39,10 @@ enum gvm_reloc {
      * addresses (it stays on host, readable by every pointer); any other
      * region is left as it is. */
     GVM_RELOC_MAPPED = 1 << 6,
-    /* With any of the above: the caller has just waited for all queued
-     * work (gvm_topo_quiesce), so the move does not wait again (a swap
-     * moves several regions after one wait). */
-    GVM_RELOC_QUIESCED = 1 << 8,
+    /* No flag says "the caller has waited already": a wait counts only
+     * when made after the move holds the region (a launch reaching it is
+     * then queued already, or waits for the move: core/move.h), so every
+     * move makes its own. */
 };
 
 /* Relocates r as `how` says. Returns CUDA_SUCCESS; CUDA_ERROR_NOT_FOUND
@@ -64,11 +64,10 @@ CUresult gvm_relocate_locked(struct gvm_region *r, int loc, unsigned how);
  * finish. What leaves makes room for the next swap. A region in out that
  * is busy (another thread holds its lock) or whose state refuses a spill
  * is skipped. out_flags: GVM_RELOC_SHELVE
- * for those leaving for host, and GVM_RELOC_QUIESCED when the caller has
- * just waited for queued work; without it the swap waits once it holds
- * every region (no launch reaching them can slip in between the wait and
- * the copies): for their last uses when `in` comes from its shelf and all
- * leave shelved (core/usemark.h), else for the devices. Returns how many left; *in_rc
+ * for those leaving for host. The swap waits once it holds every region
+ * (no launch reaching them can slip in between the wait and the copies):
+ * for their last uses when `in` comes from its shelf and all leave
+ * shelved (core/usemark.h), else for the devices. Returns how many left; *in_rc
  * is gvm_relocate's answer for `in` (the wait's error when it failed). */
 int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const *out, const int *to, int nout,
                       unsigned out_flags, CUresult *in_rc);

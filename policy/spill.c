@@ -230,23 +230,27 @@ static void swap_in(struct gvm_region *r, bool may_evict, struct gvm_region *con
     struct gvm_victims v = {0};
     long first = pick_victims(r, need, room, may_evict, used, n, &v);
     if (first > 0 && deficit_in_swap(r, &v, (size_t)first, device)) first = 0;
-    /* Victims that leave before the swap need the devices waited for
-     * here; otherwise the swap waits once it holds every region, for
-     * their last uses where all are lazy (core/usemark.h). */
-    if (first < 0 || (first > 0 && gvm_topo_quiesce() != CUDA_SUCCESS)) {
+    if (first < 0) {
         gvm_victims_free(&v);
         return;   /* nothing may leave: the kernel reads it where it is */
     }
     double t1 = ms_now();
+    /* Each move waits for the devices (or, in a swap of lazy spills only,
+     * for its regions' last uses: core/usemark.h) once it holds its
+     * regions, never before: a wait begun before a victim is taken misses
+     * a kernel that another thread queues on it meanwhile, and the unmap
+     * kills that kernel (gpu-threads, spill, two H100s, 2026-11-27: an
+     * illegal address). Once the first wait has drained the queues, the
+     * later ones cost a synchronize of idle devices. */
     int gone = 0;
-    for (long i = 0; i < first; i++) gone += evict(v.v[i].r, device, GVM_RELOC_QUIESCED);
+    for (long i = 0; i < first; i++) gone += evict(v.v[i].r, device, 0);
     double t2 = ms_now();
     size_t rest = v.n - (size_t)first;
     struct gvm_region *out[rest ? rest : 1];
     int to[rest ? rest : 1];
     int m = targets(&v, (size_t)first, device, out, to);
     CUresult rc;
-    gone += gvm_relocate_swap(r, device, out, to, m, lazy_flag() | (first > 0 ? GVM_RELOC_QUIESCED : 0), &rc);
+    gone += gvm_relocate_swap(r, device, out, to, m, lazy_flag(), &rc);
     if (rc == CUDA_SUCCESS)
         gvm_debug("demand: brought %#lx (%zu bytes) back to device %d, %d region(s) out (%ld first); victims "
                   "%.2f, first out %.2f, swap %.2f ms",

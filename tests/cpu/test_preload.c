@@ -879,6 +879,84 @@ static int lazy_workload(void)
     return 0;
 }
 
+/* ---- moves beside other threads' kernels ---- */
+
+/* Two threads, each on its own stream, keep launching kernels on their
+ * own memory while over the limit, so every launch swaps in what the
+ * other thread's launch sent out (GVM_SPILL=host, mapped: the victims
+ * leave before the swap). The sim counts kernels in flight
+ * (SIMCUDA_KERNELS_IN_FLIGHT): a move that unmaps memory a kernel queued
+ * on another stream still reads would kill that kernel on a GPU. The
+ * waits must come after the move holds its regions (gpu-threads, spill,
+ * two H100s, 2026-11-27: an illegal address when it waited before). */
+static unsigned swap_bad;
+
+static void check_words(void **params)
+{
+    unsigned n = *(unsigned *)params[2];
+    for (int i = 0; i < 2; i++) {
+        CUdeviceptr p = *(CUdeviceptr *)params[i];
+        if (p && *(const unsigned *)(uintptr_t)(p + 4 * MiB) != n) __atomic_add_fetch(&swap_bad, 1, __ATOMIC_RELAXED);
+    }
+}
+
+struct swap_side {
+    CUfunction k;
+    CUdeviceptr a, b;   /* b may be 0 */
+    unsigned word;
+    int launches;
+};
+
+static void *swap_side_run(void *arg)
+{
+    struct swap_side *w = arg;
+    RES(cuLaunchKernel, "cuLaunchKernel", 4000, 0);
+    CHECK_EQ(D(cuCtxSetCurrent, ctx0), CUDA_SUCCESS);
+    CUstream s;
+    CHECK_EQ(D(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    void *params[] = {&w->a, &w->b, &w->word};
+    for (int i = 0; i < 400; i++) {
+        CHECK_EQ(cuLaunchKernel_p(w->k, 1, 1, 1, 1, 1, 1, 0, s, params, NULL), CUDA_SUCCESS);
+        w->launches++;
+        if (i % 16 == 15) CHECK_EQ(D(cuStreamSynchronize, s), CUDA_SUCCESS);
+        /* The sim's lock prefers readers: a launch loop that never pauses
+         * would starve the other thread's remaps (writers). */
+        usleep(20);
+    }
+    CHECK_EQ(D(cuStreamSynchronize, s), CUDA_SUCCESS);
+    CHECK_EQ(D(cuStreamDestroy_v2, s), CUDA_SUCCESS);
+    return NULL;
+}
+
+static int swap_threads_workload(void)
+{
+    start();
+    void *(*make)(void (*)(void **), unsigned, const size_t *) = sim_fn("simcuda_function");
+    unsigned long (*in_flight)(void) = (unsigned long (*)(void))sim_fn("simcuda_unmapped_in_flight");
+    size_t sizes[3] = {8, 8, 4};
+    CUfunction k = (CUfunction)make(check_words, 3, sizes);
+    /* 8 MiB each, 20 MiB allowed: two stay, the third is spilled. */
+    CUdeviceptr p[3];
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(D(cuMemAlloc_v2, &p[i], 8 * MiB), CUDA_SUCCESS);
+        CHECK_EQ(D(cuMemsetD32_v2, p[i], i == 0 ? 0x5eedu : 0xfaceu, 2 * MiB), CUDA_SUCCESS);
+    }
+    struct swap_side side[2] = {{k, p[0], 0, 0x5eedu, 0}, {k, p[1], p[2], 0xfaceu, 0}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) CHECK_EQ(pthread_create(&t[i], NULL, swap_side_run, &side[i]), 0);
+    for (int i = 0; i < 2; i++) CHECK_EQ(pthread_join(t[i], NULL), 0);
+    CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
+    unsigned long (*calls_of)(const char *) = (unsigned long (*)(const char *))sim_fn("simcuda_calls_of");
+    unsigned long unmaps = calls_of("cuMemUnmap");
+    fprintf(stderr, "launches %d and %d, unmaps %lu, of them under kernels in flight %lu\n", side[0].launches,
+            side[1].launches, unmaps, in_flight());
+    CHECK(unmaps >= 40);   /* the threads took turns: the race had its chances */
+    CHECK_EQ(swap_bad, 0u);
+    CHECK_EQ(in_flight(), 0ul);
+    for (int i = 0; i < 3; i++) CHECK_EQ(D(cuMemFree_v2, p[i]), CUDA_SUCCESS);
+    return 0;
+}
+
 static int untracked_workload(void)
 {
     open_driver();
@@ -1072,6 +1150,13 @@ static void lazy_spills_are_mapped_for_what_reaches_them(void)
     const char *envs[] = {"GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", "GVM_SPILL_HOST_MAP=lazy",
                           "GVM_PROMOTE_INTERVAL=3600s", NULL};
     CHECK_EQ(run_self_envs("lazy", envs, NULL, 0), 0);
+}
+
+static void moves_wait_for_kernels_queued_on_other_streams(void)
+{
+    const char *envs[] = {"GVM_DEVICE_LIMIT=0:20M", "GVM_SPILL=host", "GVM_PROMOTE_INTERVAL=3600s",
+                          "SIMCUDA_KERNELS_IN_FLIGHT=1", NULL};
+    CHECK_EQ(run_self_envs("swap-threads", envs, NULL, 0), 0);
 }
 
 /* A program that uses device 0 alone: allocations, copies, spills past the
@@ -1819,6 +1904,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(first_allocations_from_many_threads)
     TEST_ENTRY(launches_are_scanned_when_spilling)
     TEST_ENTRY(lazy_spills_are_mapped_for_what_reaches_them)
+    TEST_ENTRY(moves_wait_for_kernels_queued_on_other_streams)
     TEST_ENTRY(one_device_programs_leave_other_devices_alone)
     TEST_ENTRY(device_reset_frees_the_programs_memory)
     TEST_ENTRY(freed_memory_goes_back_once_idle)
@@ -1846,6 +1932,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "untracked")) exit(untracked_workload());
         if (!strcmp(argv[2], "struct-scan")) exit(struct_scan_workload());
         if (!strcmp(argv[2], "lazy")) exit(lazy_workload());
+        if (!strcmp(argv[2], "swap-threads")) exit(swap_threads_workload());
         if (!strcmp(argv[2], "one-device")) exit(one_device_workload());
         if (!strcmp(argv[2], "reset")) exit(reset_workload());
         if (!strcmp(argv[2], "reset-peer")) exit(reset_peer_workload());

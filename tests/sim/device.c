@@ -674,8 +674,17 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
     SIM_API(cuCtxGetDevice, SIM_NOLOCK, sim_ctx_get_device(device));
 }
 
-/* All work ran at enqueue time, so synchronizing only checks the context. */
+/* All work ran at enqueue time, so synchronizing only checks the context
+ * (and ends its kernels in flight: flight.c). */
+static CUresult sim_ctx_sync(void)
+{
+    CUresult rc = sim_capture_ctx_sync();
+    if (rc == CUDA_SUCCESS)
+        sim_flight_ctx_sync();
+    return rc;
+}
+
 CUresult CUDAAPI cuCtxSynchronize(void)
 {
-    SIM_API(cuCtxSynchronize, SIM_READ, sim_capture_ctx_sync());
+    SIM_API(cuCtxSynchronize, SIM_READ, sim_ctx_sync());
 }

@@ -127,6 +127,8 @@ static CUresult sim_launch(const struct sim_launch *l)
     }
     if (rc == CUDA_SUCCESS && l->f->body)
         l->f->body(unpacked ? unpacked : l->params);
+    if (rc == CUDA_SUCCESS)
+        sim_flight_launch(l->stream, l->f, unpacked ? unpacked : l->params);
     free(unpacked);
     return rc;
 }

@@ -1340,6 +1340,68 @@ static void test_capture(void)
     check_no_leaks();
 }
 
+/* Kernels in flight (flight.c): an unmap is counted while a launch given
+ * a pointer into it is not covered by a wait, and only then. */
+static void test_in_flight(void)
+{
+    fresh();
+    simcuda_set_kernels_in_flight(1);
+    CUmemGenericAllocationHandle h;
+    CUdeviceptr p = vmm_alloc(0, 2 * MiB, &h);
+    size_t psize = sizeof(CUdeviceptr);
+    CUfunction inc = simcuda_function(body_inc, 1, &psize);
+    void *params[] = {&p};
+    CUstream s, blocking;
+    CUevent e, early;
+    CU_OK(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING));
+    CU_OK(cuStreamCreate(&blocking, 0));
+    CU_OK(cuEventCreate(&e, 0));
+    CU_OK(cuEventCreate(&early, 0));
+    CU_OK(cuEventRecord(early, s));   /* before any launch: covers none */
+#define REMAP()                                                                                  \
+    do {                                                                                         \
+        CU_OK(cuMemUnmap(p, 2 * MiB));                                                           \
+        CU_OK(cuMemMap(p, 2 * MiB, 0, h, 0));                                                    \
+        grant(p, 2 * MiB, CU_MEM_LOCATION_TYPE_DEVICE, 0, CU_MEM_ACCESS_FLAGS_PROT_READWRITE,    \
+              CUDA_SUCCESS);                                                                     \
+    } while (0)
+    CU_OK(cuLaunchKernel(inc, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+    CU_OK(cuEventSynchronize(early));
+    REMAP();
+    CHECK(simcuda_unmapped_in_flight() == 1);
+    CU_OK(cuStreamSynchronize(s));
+    REMAP();
+    CHECK(simcuda_unmapped_in_flight() == 1);
+    /* An event covers the launches before it on its stream, not after. */
+    CU_OK(cuLaunchKernel(inc, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+    CU_OK(cuEventRecord(e, s));
+    CU_OK(cuLaunchKernel(inc, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+    CU_OK(cuEventSynchronize(e));
+    REMAP();
+    CHECK(simcuda_unmapped_in_flight() == 2);
+    CU_OK(cuCtxSynchronize());
+    REMAP();
+    CHECK(simcuda_unmapped_in_flight() == 2);
+    /* The legacy stream's wait covers blocking streams, not the others. */
+    CU_OK(cuLaunchKernel(inc, 1, 1, 1, 1, 1, 1, 0, blocking, params, NULL));
+    CU_OK(cuStreamSynchronize(NULL));
+    REMAP();
+    CHECK(simcuda_unmapped_in_flight() == 2);
+    CU_OK(cuLaunchKernel(inc, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+    CU_OK(cuStreamSynchronize(NULL));
+    REMAP();
+    CHECK(simcuda_unmapped_in_flight() == 3);
+#undef REMAP
+    CU_OK(cuCtxSynchronize());
+    CU_OK(cuEventDestroy(e));
+    CU_OK(cuEventDestroy(early));
+    CU_OK(cuStreamDestroy(s));
+    CU_OK(cuStreamDestroy(blocking));
+    vmm_free(p, 2 * MiB, h);
+    check_no_leaks();
+    simcuda_set_kernels_in_flight(0);
+}
+
 int main(void)
 {
     static const struct {
@@ -1357,7 +1419,7 @@ int main(void)
         {"pointers", test_pointers}, {"faults", test_faults}, {"faults-here", test_faults_here},
         {"procaddr", test_procaddr}, {"launch", test_launch},
         {"threads", test_threads},   {"reset", test_reset},
-        {"capture", test_capture},
+        {"capture", test_capture},   {"in_flight", test_in_flight},
     };
     for (size_t i = 0; i < sizeof tests / sizeof tests[0]; i++) {
         tests[i].fn();

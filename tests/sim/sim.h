@@ -62,6 +62,9 @@ struct CUevent_st {
     struct CUctx_st *ctx;
     unsigned flags;
     unsigned long long captured; /* id of the capture it was last recorded in, 0: none */
+    struct CUctx_st *flight_ctx; /* where it was last recorded, for flight.c */
+    CUstream flight_stream;
+    unsigned long long flight_seq; /* the last launch before it there (0: none) */
 };
 struct CUfunc_st {
     void (*body)(void **params);
@@ -199,6 +202,16 @@ void sim_hostreg_reset(void);
 void sim_native_drop_ctx(struct CUctx_st *c);
 void sim_hostreg_drop_ctx(struct CUctx_st *c);
 void sim_streams_drop_ctx(struct CUctx_st *c);
+
+/* Kernels in flight (flight.c): no-ops unless SIMCUDA_KERNELS_IN_FLIGHT. */
+void sim_flight_launch(CUstream s, const struct CUfunc_st *f, void **params);
+void sim_flight_ctx_sync(void);
+void sim_flight_drop_ctx(struct CUctx_st *c);
+void sim_flight_stream_sync(CUstream s);
+void sim_flight_event_record(CUevent e, CUstream s);
+void sim_flight_event_sync(CUevent e);
+void sim_flight_unmap(uintptr_t base, size_t size);
+void sim_flight_reset(void); /* simcuda_reset: no kernel in flight, none counted */
 void sim_vmm_reset(void);
 
 /* True when [p, p+n) is memory a kernel may touch: one native allocation,

@@ -60,6 +60,14 @@ void simcuda_dump_live(FILE *out);
 int simcuda_access_mask(CUdeviceptr p); /* bit per device, SIMCUDA_CPU_BIT */
 int simcuda_location_of(CUdeviceptr p); /* ordinal, LOC_HOST or LOC_UNMAPPED */
 
+/* Kernels in flight (SIMCUDA_KERNELS_IN_FLIGHT=1, or set here any time):
+ * a launch counts as running until a synchronize of its stream or
+ * context, or of an event recorded after it, covers it; an unmap of
+ * memory such a kernel was given a pointer into is counted here (and
+ * named on stderr), as on a GPU that kernel would die. */
+void simcuda_set_kernels_in_flight(int on);   /* simcuda_reset forgets both */
+unsigned long simcuda_unmapped_in_flight(void);
+
 /* Configuration. Environment (read at first use) gives the defaults:
  * SIMCUDA_DEVICES (2), SIMCUDA_MEM ("256M" or "0:64M,1:128M"),
  * SIMCUDA_HOST_MEM ("1G"), SIMCUDA_NO_VMM=1, SIMCUDA_NO_PEER=1, SIMCUDA_PEER_PCIE=1,

@@ -429,6 +429,7 @@ void simcuda_reset(void)
     sim_hostreg_reset();
     sim_captures_reset();
     sim_streams_reset();
+    sim_flight_reset();
     sim_ctx_reset_all();
     __atomic_store_n(&sim.initialized, 0, __ATOMIC_RELEASE);
     __atomic_fetch_add(&sim.generation, 1, __ATOMIC_RELEASE);

@@ -31,6 +31,7 @@ void sim_streams_reset(void)
  * is: its capture holds it. */
 void sim_streams_drop_ctx(struct CUctx_st *c)
 {
+    sim_flight_drop_ctx(c);   /* its work ended with it */
     for (size_t i = sim.streams.len; i-- > 0;) {
         struct CUstream_st *s = sim.streams.item[i];
         if (s->ctx != c || s->cap)
@@ -107,11 +108,21 @@ CUresult CUDAAPI cuStreamDestroy_v2(CUstream hStream)
     SIM_API(cuStreamDestroy_v2, SIM_WRITE, sim_stream_destroy(hStream));
 }
 
+/* A finished wait (a query that finds the work done) covers the kernels
+ * before it (flight.c). */
+static CUresult sim_stream_wait_all(CUstream s)
+{
+    CUresult rc = sim_capture_stream_sync(s);
+    if (rc == CUDA_SUCCESS)
+        sim_flight_stream_sync(s);
+    return rc;
+}
+
 SIM_API2(cuStreamSynchronize, cuStreamSynchronize_ptsz, SIM_READ,
-         (CUstream hStream), sim_capture_stream_sync(hStream))
+         (CUstream hStream), sim_stream_wait_all(hStream))
 
 SIM_API2(cuStreamQuery, cuStreamQuery_ptsz, SIM_READ,
-         (CUstream hStream), sim_capture_stream_sync(hStream))
+         (CUstream hStream), sim_stream_wait_all(hStream))
 
 static CUresult sim_stream_get_ctx(CUstream s, CUcontext *pctx)
 {
@@ -188,7 +199,10 @@ CUresult CUDAAPI cuEventDestroy_v2(CUevent hEvent)
 
 static CUresult sim_event_record(CUevent e, CUstream s)
 {
-    return sim_capture_event_record(e, s);
+    CUresult rc = sim_capture_event_record(e, s);
+    if (rc == CUDA_SUCCESS)
+        sim_flight_event_record(e, s);
+    return rc;
 }
 
 SIM_API2(cuEventRecord, cuEventRecord_ptsz, SIM_READ,
@@ -196,7 +210,10 @@ SIM_API2(cuEventRecord, cuEventRecord_ptsz, SIM_READ,
 
 static CUresult sim_event_check(CUevent e)
 {
-    return sim_capture_event_sync(e);
+    CUresult rc = sim_capture_event_sync(e);
+    if (rc == CUDA_SUCCESS)
+        sim_flight_event_sync(e);
+    return rc;
 }
 
 CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)

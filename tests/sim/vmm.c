@@ -366,6 +366,7 @@ static CUresult sim_mem_unmap(CUdeviceptr p, size_t size)
 {
     if (!sim_whole_mappings(p, size))
         return CUDA_ERROR_INVALID_VALUE;
+    sim_flight_unmap(p, size);
     for (uintptr_t at = p; at < p + size;) {
         struct sim_map *m = sim_map_at(at);
         at += m->size;
