@@ -98,16 +98,23 @@ static CUresult copy_out(struct gvm_shelf_op *op)
     return rc;
 }
 
-/* Waits for the copies on the streams of `streams` in direction dir. */
+/* Waits for the copies on the streams of `streams` in direction dir. A
+ * stream of ours carries its context, so its wait needs no push: one that
+ * failed would skip the wait, and the caller's rollback would then release
+ * memory the copies still write (the simulated driver's kernels in flight
+ * caught it, tests/sim/flight.c). Copies that went to the context's own
+ * stream (ours refused) need it pushed. */
 static CUresult wait_streams(uint32_t streams, int dir)
 {
     CUresult rc = CUDA_SUCCESS;
     for (int dev = 0; streams; dev++, streams >>= 1) {
         if (!(streams & 1)) continue;
-        CUstream s = NULL;
-        CUresult done = gvm_topo_push(dev);
-        if (done == CUDA_SUCCESS) {
-            if ((done = gvm_topo_stream(dev, dir, &s)) == CUDA_SUCCESS) done = DRV(cuStreamSynchronize, s);
+        CUstream s = __atomic_load_n(&gvm_topo.dev[dev].stream[dir], __ATOMIC_ACQUIRE);
+        CUresult done;
+        if (s) {
+            done = DRV(cuStreamSynchronize, s);
+        } else if ((done = gvm_topo_push(dev)) == CUDA_SUCCESS) {
+            done = DRV(cuStreamSynchronize, NULL);
             gvm_topo_pop();
         }
         if (rc == CUDA_SUCCESS) rc = done;

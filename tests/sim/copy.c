@@ -64,7 +64,11 @@ static CUresult sim_copy_async(uintptr_t dst, int dkind, uintptr_t src, int skin
                             .skind = skind, .n = n};
     if (rc == CUDA_SUCCESS && sim_capture_add(s, &node, &rc))
         return rc;
-    return rc != CUDA_SUCCESS ? rc : sim_copy_as(dev, dst, dkind, src, skind, n);
+    if (rc == CUDA_SUCCESS)
+        rc = sim_copy_as(dev, dst, dkind, src, skind, n);
+    if (rc == CUDA_SUCCESS)
+        sim_flight_op(s, dst, n, src, n);
+    return rc;
 }
 
 /* ---- linear copies ---------------------------------------------------- */

@@ -1,10 +1,13 @@
-/* Kernels in flight (SIMCUDA_KERNELS_IN_FLIGHT=1). A fake kernel's body
- * runs when it is launched, but here the launch also counts as running
+/* Kernels in flight (SIMCUDA_KERNELS_IN_FLIGHT=1, or =fatal: the cpu suite's
+ * setting, which aborts at the first such unmap). A fake kernel's body
+ * (or an asynchronous copy or memset) runs when it is queued, but here it
+ * also counts as running
  * until a wait covers it: a synchronize of its stream or its context, or
  * of an event recorded after it on its stream. On a GPU, cuMemUnmap does
  * not wait for kernels: one still running on the memory dies with an
  * illegal address. The sim counts each unmap of memory that a kernel in
- * flight was given a pointer into (simcuda_unmapped_in_flight), and says
+ * flight was given a pointer into (or that a copy or memset in flight
+ * reaches) (simcuda_unmapped_in_flight), and says
  * which on stderr, so a test finds a move that unmaps before its wait.
  * Waits are credited generously (a wait on a special stream covers every
  * blocking stream of its context): the model may miss a hazard, never
@@ -22,6 +25,7 @@ struct flight {
     CUstream stream;
     unsigned long long seq;
     uintptr_t ptr[FLIGHT_PTRS];
+    size_t len[FLIGHT_PTRS];   /* 1 for a kernel's pointer argument */
     int nptr;
 };
 
@@ -30,7 +34,7 @@ static struct flight flights[FLIGHT_MAX];
 static int nflights;
 static unsigned long long flight_seq;
 static unsigned long unmapped_in_flight;
-static int flight_on = -1;   /* -1: not read from the environment yet */
+static int flight_on = -1;   /* -1: not read from the environment yet; 0 off, 1 count, 2 fatal */
 
 static int special(CUstream s) { return s == NULL || s == CU_STREAM_LEGACY || s == CU_STREAM_PER_THREAD; }
 
@@ -39,7 +43,7 @@ static int enabled(void)
     int on = __atomic_load_n(&flight_on, __ATOMIC_ACQUIRE);
     if (on < 0) {
         const char *v = getenv("SIMCUDA_KERNELS_IN_FLIGHT");
-        on = v && *v && strcmp(v, "0") != 0;
+        on = !v || !*v || !strcmp(v, "0") ? 0 : !strcmp(v, "fatal") ? 2 : 1;
         __atomic_store_n(&flight_on, on, __ATOMIC_RELEASE);
     }
     return on;
@@ -66,17 +70,32 @@ static void drop(int (*covered)(const struct flight *, const void *), const void
     nflights = j;
 }
 
+static void add(struct flight *e)
+{
+    pthread_mutex_lock(&flight_lock);
+    if (nflights == FLIGHT_MAX) memmove(flights, flights + 1, --nflights * sizeof *flights);
+    e->seq = ++flight_seq;
+    flights[nflights++] = *e;
+    pthread_mutex_unlock(&flight_lock);
+}
+
 void sim_flight_launch(CUstream s, const struct CUfunc_st *f, void **params)
 {
     if (!enabled() || !params) return;
     struct flight e = {.ctx = ctx_of(s), .stream = s};
     for (unsigned i = 0; i < f->nparams && e.nptr < FLIGHT_PTRS; i++)
-        if (f->size[i] == sizeof(uintptr_t)) memcpy(&e.ptr[e.nptr++], params[i], sizeof(uintptr_t));
-    pthread_mutex_lock(&flight_lock);
-    if (nflights == FLIGHT_MAX) memmove(flights, flights + 1, --nflights * sizeof *flights);
-    e.seq = ++flight_seq;
-    flights[nflights++] = e;
-    pthread_mutex_unlock(&flight_lock);
+        if (f->size[i] == sizeof(uintptr_t)) {
+            memcpy(&e.ptr[e.nptr], params[i], sizeof(uintptr_t));
+            e.len[e.nptr++] = 1;
+        }
+    add(&e);
+}
+
+void sim_flight_op(CUstream s, uintptr_t a, size_t alen, uintptr_t b, size_t blen)
+{
+    if (!enabled()) return;
+    struct flight e = {.ctx = ctx_of(s), .stream = s, .ptr = {a, b}, .len = {alen, blen}, .nptr = b ? 2 : 1};
+    add(&e);
 }
 
 static int in_ctx(const struct flight *e, const void *ctx) { return e->ctx == ctx; }
@@ -141,6 +160,39 @@ void sim_flight_event_sync(CUevent e)
     pthread_mutex_unlock(&flight_lock);
 }
 
+/* Whether fn waits for work. */
+static int is_wait(enum sim_fn fn)
+{
+    return fn == SIM_FN_cuCtxSynchronize || fn == SIM_FN_cuStreamSynchronize || fn == SIM_FN_cuStreamSynchronize_ptsz ||
+           fn == SIM_FN_cuEventSynchronize;
+}
+
+void sim_flight_result(enum sim_fn fn, CUresult rc)
+{
+    /* A real wait fails on a live handle only when the context died (a
+     * sticky error: its queued work is abandoned) or a capture forbids it
+     * (the work goes on): an injected failure of a wait stands for the
+     * first. */
+    if (is_wait(fn) && rc != CUDA_SUCCESS && rc != CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED &&
+        rc != CUDA_ERROR_CAPTURED_EVENT && rc != CUDA_ERROR_INVALID_HANDLE && rc != CUDA_ERROR_INVALID_CONTEXT &&
+        rc != CUDA_ERROR_CONTEXT_IS_DESTROYED && rc != CUDA_ERROR_NOT_INITIALIZED)
+        rc = CUDA_ERROR_LAUNCH_FAILED;
+    switch (rc) {
+    case CUDA_ERROR_LAUNCH_FAILED:
+    case CUDA_ERROR_ILLEGAL_ADDRESS:
+    case CUDA_ERROR_ILLEGAL_INSTRUCTION:
+    case CUDA_ERROR_MISALIGNED_ADDRESS:
+    case CUDA_ERROR_HARDWARE_STACK_ERROR:
+    case CUDA_ERROR_ECC_UNCORRECTABLE:
+        if (!enabled()) return;
+        pthread_mutex_lock(&flight_lock);
+        nflights = 0;
+        pthread_mutex_unlock(&flight_lock);
+        return;
+    default: return;
+    }
+}
+
 void sim_flight_reset(void)
 {
     pthread_mutex_lock(&flight_lock);
@@ -156,10 +208,13 @@ void sim_flight_unmap(uintptr_t base, size_t size)
     for (int i = 0; i < nflights; i++)
         for (int k = 0; k < flights[i].nptr; k++) {
             uintptr_t p = flights[i].ptr[k];
-            if (p < base || p - base >= size) continue;
+            size_t n = flights[i].len[k];
+            if (!n || p >= base + size || p + n <= base) continue;
             unmapped_in_flight++;
-            fprintf(stderr, "simcuda: cuMemUnmap(%#lx, %zu) under a kernel in flight on stream %p (given %#lx)\n",
-                    (unsigned long)base, size, (void *)flights[i].stream, (unsigned long)p);
+            fprintf(stderr, "simcuda: cuMemUnmap(%#lx, %zu) under work in flight on stream %p (reaching %#lx+%zu)\n",
+                    (unsigned long)base, size, (void *)flights[i].stream, (unsigned long)p, n);
+            /* As a GPU would kill the program at the fault: the test fails. */
+            if (__atomic_load_n(&flight_on, __ATOMIC_ACQUIRE) == 2) abort();
             k = flights[i].nptr;
         }
     pthread_mutex_unlock(&flight_lock);

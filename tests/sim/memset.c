@@ -54,7 +54,11 @@ static CUresult sim_fill_async(uintptr_t dst, size_t pitch, unsigned value, unsi
                             .elem = elem, .width = width, .height = height};
     if (rc == CUDA_SUCCESS && sim_capture_add(s, &node, &rc))
         return rc;
-    return rc != CUDA_SUCCESS ? rc : sim_fill(dst, pitch, value, elem, width, height);
+    if (rc == CUDA_SUCCESS)
+        rc = sim_fill(dst, pitch, value, elem, width, height);
+    if (rc == CUDA_SUCCESS && width && height)
+        sim_flight_op(s, dst, pitch * (height - 1) + width * elem, 0, 0);
+    return rc;
 }
 
 /* ---- linear ----------------------------------------------------------- */

@@ -1391,6 +1391,17 @@ static void test_in_flight(void)
     CU_OK(cuStreamSynchronize(NULL));
     REMAP();
     CHECK(simcuda_unmapped_in_flight() == 3);
+    CU_OK(cuStreamSynchronize(s));
+    /* Asynchronous copies and memsets count too, by the bytes they reach. */
+    static unsigned char host[64];
+    CU_OK(cuMemcpyHtoDAsync(p + 2 * MiB - 8, host, 8, s));
+    REMAP();
+    CHECK(simcuda_unmapped_in_flight() == 4);
+    CU_OK(cuStreamSynchronize(s));
+    CU_OK(cuMemsetD8Async(p, 0, 64, s));
+    CU_OK(cuStreamSynchronize(s));
+    REMAP();
+    CHECK(simcuda_unmapped_in_flight() == 4);
 #undef REMAP
     CU_OK(cuCtxSynchronize());
     CU_OK(cuEventDestroy(e));

@@ -205,13 +205,18 @@ void sim_streams_drop_ctx(struct CUctx_st *c);
 
 /* Kernels in flight (flight.c): no-ops unless SIMCUDA_KERNELS_IN_FLIGHT. */
 void sim_flight_launch(CUstream s, const struct CUfunc_st *f, void **params);
+/* An asynchronous copy or memset reaching [a, a+alen) and [b, b+blen) (b 0: none). */
+void sim_flight_op(CUstream s, uintptr_t a, size_t alen, uintptr_t b, size_t blen);
 void sim_flight_ctx_sync(void);
 void sim_flight_drop_ctx(struct CUctx_st *c);
 void sim_flight_stream_sync(CUstream s);
 void sim_flight_event_record(CUevent e, CUstream s);
 void sim_flight_event_sync(CUevent e);
 void sim_flight_unmap(uintptr_t base, size_t size);
-void sim_flight_reset(void); /* simcuda_reset: no kernel in flight, none counted */
+void sim_flight_reset(void);
+/* Every call's result: an error that kills the context (injected, here)
+ * ends its work in flight, as nothing queued runs after it. */
+void sim_flight_result(enum sim_fn fn, CUresult rc); /* simcuda_reset: no kernel in flight, none counted */
 void sim_vmm_reset(void);
 
 /* True when [p, p+n) is memory a kernel may touch: one native allocation,

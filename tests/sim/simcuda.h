@@ -60,7 +60,8 @@ void simcuda_dump_live(FILE *out);
 int simcuda_access_mask(CUdeviceptr p); /* bit per device, SIMCUDA_CPU_BIT */
 int simcuda_location_of(CUdeviceptr p); /* ordinal, LOC_HOST or LOC_UNMAPPED */
 
-/* Kernels in flight (SIMCUDA_KERNELS_IN_FLIGHT=1, or set here any time):
+/* Kernels in flight (SIMCUDA_KERNELS_IN_FLIGHT=1, or =fatal to abort at the
+ * first hazard, or set here any time: 1 counts):
  * a launch counts as running until a synchronize of its stream or
  * context, or of an event recorded after it, covers it; an unmap of
  * memory such a kernel was given a pointer into is counted here (and

@@ -198,6 +198,7 @@ int sim_enter(enum sim_fn fn, int mode, CUresult *rc)
 
 CUresult sim_leave(enum sim_fn fn, CUresult rc)
 {
+    sim_flight_result(fn, rc);
     if (__atomic_load_n(&sim.tracing, __ATOMIC_RELAXED)) {
         const char *name = sim_error_name(rc);
         fprintf(stderr, "simcuda: %s -> %s (%d)\n", sim_fn_names[fn],
