@@ -957,6 +957,150 @@ static int swap_threads_workload(void)
     return 0;
 }
 
+/* gpu-threads on the simulated driver: threads allocating (plain and
+ * stream-ordered), filling by kernel, setting by memset, checking by
+ * kernel and by copy, freeing, and handing buffers to each other, past a
+ * device limit with spill (THREADS_SPILL picks host mapped, host lazy or
+ * peer). Every unmap is checked against the work still in flight
+ * (SIMCUDA_KERNELS_IN_FLIGHT=fatal), every byte against its pattern. */
+#define CHURN_THREADS 4
+#define CHURN_RING 4
+
+static unsigned churn_bad;
+
+static uint8_t churn_byte(size_t i, unsigned seed) { return (uint8_t)((i * 2654435761u) >> 7 ^ seed); }
+
+static void churn_fill(void **params)
+{
+    uint8_t *p = (uint8_t *)(uintptr_t)*(CUdeviceptr *)params[0];
+    size_t n = *(size_t *)params[1];
+    unsigned seed = *(unsigned *)params[2];
+    for (size_t i = 0; i < n; i++) p[i] = churn_byte(i, seed);
+}
+
+struct churn_buf {
+    CUdeviceptr p;
+    size_t n, set_at, set_len;
+    unsigned seed;
+    int ordered;
+};
+
+static bool churn_want(const struct churn_buf *b, size_t i, uint8_t got)
+{
+    uint8_t want = i >= b->set_at && i < b->set_at + b->set_len ? 0xA5 : churn_byte(i, b->seed);
+    return got == want;
+}
+
+/* Given the buffer's address itself (a lazy spill is brought back only
+ * for the addresses a launch names), its size, seed and memset stretch. */
+static void churn_check(void **params)
+{
+    struct churn_buf b = {.p = *(CUdeviceptr *)params[0], .n = *(size_t *)params[1], .seed = *(unsigned *)params[2],
+                          .set_at = *(size_t *)params[3], .set_len = *(size_t *)params[4]};
+    const uint8_t *p = (const uint8_t *)(uintptr_t)b.p;
+    for (size_t i = 0; i < b.n; i++)
+        if (!churn_want(&b, i, p[i])) {
+            __atomic_add_fetch(&churn_bad, 1, __ATOMIC_RELAXED);
+            return;
+        }
+}
+
+static pthread_mutex_t churn_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct churn_buf churn_handed[64];
+static int churn_nhanded, churn_running = CHURN_THREADS;
+static CUfunction churn_k_fill, churn_k_check;
+
+static void churn_release(const struct churn_buf *b, CUstream s)
+{
+    RES(cuLaunchKernel, "cuLaunchKernel", 4000, 0);
+    struct churn_buf c = *b;
+    void *params[] = {&c.p, &c.n, &c.seed, &c.set_at, &c.set_len};
+    CHECK_EQ(cuLaunchKernel_p(churn_k_check, 1, 1, 1, 1, 1, 1, 0, s, params, NULL), CUDA_SUCCESS);
+    size_t from = b->set_at >= 32 ? b->set_at - 32 : 0, len = b->n - from < b->set_len + 64 ? b->n - from : b->set_len + 64;
+    uint8_t host[4200];
+    CHECK_EQ(D(cuMemcpyDtoHAsync_v2, host, b->p + from, len, s), CUDA_SUCCESS);
+    CHECK_EQ(D(cuStreamSynchronize, s), CUDA_SUCCESS);
+    for (size_t i = 0; i < len; i++)
+        if (!churn_want(b, from + i, host[i])) {
+            __atomic_add_fetch(&churn_bad, 1, __ATOMIC_RELAXED);
+            break;
+        }
+    CHECK_EQ(b->ordered ? D(cuMemFreeAsync, b->p, s) : D(cuMemFree_v2, b->p), CUDA_SUCCESS);
+}
+
+static bool churn_take(CUstream s)
+{
+    struct churn_buf b;
+    pthread_mutex_lock(&churn_lock);
+    bool got = churn_nhanded > 0;
+    if (got) b = churn_handed[--churn_nhanded];
+    pthread_mutex_unlock(&churn_lock);
+    if (got) churn_release(&b, s);
+    return got;
+}
+
+static void *churn_thread(void *arg)
+{
+    unsigned id = (unsigned)(uintptr_t)arg;
+    static const size_t sizes[] = {256, 4000, 65536, 1000000, 2 * MiB, 3 * MiB + 5, 6 * MiB};
+    RES(cuLaunchKernel, "cuLaunchKernel", 4000, 0);
+    CHECK_EQ(D(cuCtxSetCurrent, ctx0), CUDA_SUCCESS);
+    CUstream s;
+    CHECK_EQ(D(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    struct churn_buf ring[CHURN_RING + 1];
+    int nring = 0;
+    uint64_t rng = 0x9E3779B97F4A7C15ull * (id + 1);
+    for (int it = 0; it < 120; it++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        struct churn_buf b = {.n = sizes[rng % 7], .ordered = (int)((rng >> 20) & 1), .seed = id * 1000 + (unsigned)it};
+        CHECK_EQ(b.ordered ? D(cuMemAllocAsync, &b.p, b.n, s) : D(cuMemAlloc_v2, &b.p, b.n), CUDA_SUCCESS);
+        void *fill[] = {&b.p, &b.n, &b.seed};
+        CHECK_EQ(cuLaunchKernel_p(churn_k_fill, 1, 1, 1, 1, 1, 1, 0, s, fill, NULL), CUDA_SUCCESS);
+        b.set_len = b.n / 2 < 4096 ? b.n / 2 : 4096;
+        b.set_at = (size_t)(rng >> 32) % (b.n - b.set_len + 1);
+        CHECK_EQ(D(cuMemsetD8Async, b.p + b.set_at, 0xA5, b.set_len, s), CUDA_SUCCESS);
+        ring[nring++] = b;
+        if (nring > CHURN_RING) {
+            struct churn_buf old = ring[0];
+            memmove(ring, ring + 1, --nring * sizeof *ring);
+            pthread_mutex_lock(&churn_lock);
+            bool hand = (rng >> 40) % 4 == 0 && churn_nhanded < 64;
+            pthread_mutex_unlock(&churn_lock);
+            if (hand) {
+                CHECK_EQ(D(cuStreamSynchronize, s), CUDA_SUCCESS);   /* its work done, as CUDA requires */
+                pthread_mutex_lock(&churn_lock);
+                churn_handed[churn_nhanded++] = old;
+                pthread_mutex_unlock(&churn_lock);
+            } else {
+                churn_release(&old, s);
+            }
+        }
+        if (it % 3 == 0) churn_take(s);
+    }
+    for (int i = 0; i < nring; i++) churn_release(&ring[i], s);
+    __atomic_sub_fetch(&churn_running, 1, __ATOMIC_ACQ_REL);
+    while (churn_take(s) || __atomic_load_n(&churn_running, __ATOMIC_ACQUIRE) > 0) sched_yield();
+    CHECK_EQ(D(cuStreamSynchronize, s), CUDA_SUCCESS);
+    CHECK_EQ(D(cuStreamDestroy_v2, s), CUDA_SUCCESS);
+    return NULL;
+}
+
+static int threads_workload(void)
+{
+    start();
+    void *(*make)(void (*)(void **), unsigned, const size_t *) = sim_fn("simcuda_function");
+    size_t fill_sizes[3] = {8, sizeof(size_t), 4}, check_sizes[5] = {8, sizeof(size_t), 4, sizeof(size_t), sizeof(size_t)};
+    churn_k_fill = (CUfunction)make(churn_fill, 3, fill_sizes);
+    churn_k_check = (CUfunction)make(churn_check, 5, check_sizes);
+    pthread_t t[CHURN_THREADS];
+    for (int i = 0; i < CHURN_THREADS; i++)
+        CHECK_EQ(pthread_create(&t[i], NULL, churn_thread, (void *)(uintptr_t)i), 0);
+    for (int i = 0; i < CHURN_THREADS; i++) CHECK_EQ(pthread_join(t[i], NULL), 0);
+    CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
+    CHECK_EQ(churn_bad, 0u);
+    return 0;
+}
+
 static int untracked_workload(void)
 {
     open_driver();
@@ -1150,6 +1294,21 @@ static void lazy_spills_are_mapped_for_what_reaches_them(void)
     const char *envs[] = {"GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", "GVM_SPILL_HOST_MAP=lazy",
                           "GVM_PROMOTE_INTERVAL=3600s", NULL};
     CHECK_EQ(run_self_envs("lazy", envs, NULL, 0), 0);
+}
+
+/* The sim's kernels run on the CPU: with its CPU faults on, a kernel
+ * reading spilled memory would go through gvmshim's CPU-access handler,
+ * which a GPU's kernel never does (and which, finding the region moved
+ * back by another thread meanwhile, rightly calls the fault not its own). */
+static void threads_churning_past_the_limit_keep_every_byte(void)
+{
+    const char *mapped[] = {"GVM_DEVICE_LIMIT=0:24M", "GVM_SPILL=host", "SIMCUDA_CPU_FAULTS=0", NULL};
+    const char *lazy[] = {"GVM_DEVICE_LIMIT=0:24M", "GVM_SPILL=host", "GVM_SPILL_HOST_MAP=lazy", "SIMCUDA_CPU_FAULTS=0",
+                          NULL};
+    const char *peer[] = {"GVM_DEVICE_LIMIT=0:24M,1:16M", "GVM_SPILL=peer,host", "SIMCUDA_CPU_FAULTS=0", NULL};
+    CHECK_EQ(run_self_envs("threads", mapped, NULL, 0), 0);
+    CHECK_EQ(run_self_envs("threads", lazy, NULL, 0), 0);
+    CHECK_EQ(run_self_envs("threads", peer, NULL, 0), 0);
 }
 
 static void moves_wait_for_kernels_queued_on_other_streams(void)
@@ -1905,6 +2064,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(launches_are_scanned_when_spilling)
     TEST_ENTRY(lazy_spills_are_mapped_for_what_reaches_them)
     TEST_ENTRY(moves_wait_for_kernels_queued_on_other_streams)
+    TEST_ENTRY(threads_churning_past_the_limit_keep_every_byte)
     TEST_ENTRY(one_device_programs_leave_other_devices_alone)
     TEST_ENTRY(device_reset_frees_the_programs_memory)
     TEST_ENTRY(freed_memory_goes_back_once_idle)
@@ -1933,6 +2093,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "struct-scan")) exit(struct_scan_workload());
         if (!strcmp(argv[2], "lazy")) exit(lazy_workload());
         if (!strcmp(argv[2], "swap-threads")) exit(swap_threads_workload());
+        if (!strcmp(argv[2], "threads")) exit(threads_workload());
         if (!strcmp(argv[2], "one-device")) exit(one_device_workload());
         if (!strcmp(argv[2], "reset")) exit(reset_workload());
         if (!strcmp(argv[2], "reset-peer")) exit(reset_peer_workload());
