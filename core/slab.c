@@ -400,17 +400,28 @@ static size_t reap(int device)
         struct gvm_slab *s = list;
         struct gvm_region *r = s->chunk;
         list = s->next;
-        if (gvm_move_making_room() && __atomic_load_n(&r->moving, __ATOMIC_SEQ_CST)) {
+        /* A trim for a move runs with the moving regions' locks held: it
+         * takes a chunk's only if free at once. A chunk a thread holds
+         * before its move begins (a victim just locked) may belong to one
+         * that trims too, waiting for a lock this thread holds (three
+         * threads swapping in a cycle: ThreadSanitizer, 2026-11-27). */
+        bool busy = gvm_move_making_room() &&
+                    (__atomic_load_n(&r->moving, __ATOMIC_SEQ_CST) || pthread_mutex_trylock(&r->op) != 0);
+        if (busy) {
             pthread_mutex_lock(&slab_lock);
             s->next = doomed;
             __atomic_store_n(&doomed, s, __ATOMIC_RELEASE);
             pthread_mutex_unlock(&slab_lock);
-            /* The move may have ended and reaped before this put it back:
-             * then nobody else will. */
-            if (!__atomic_load_n(&r->moving, __ATOMIC_SEQ_CST)) retry = true;
+            /* A move may have ended and reaped before this put it back:
+             * then nobody else will. (A lock held without a move is let
+             * go soon; the next reap finds the chunk.) */
+            if (__atomic_load_n(&r->moving, __ATOMIC_SEQ_CST) == 0 && pthread_mutex_trylock(&r->op) == 0) {
+                pthread_mutex_unlock(&r->op);
+                retry = true;
+            }
             continue;
         }
-        pthread_mutex_lock(&r->op);
+        if (!gvm_move_making_room()) pthread_mutex_lock(&r->op);
         size_t bytes = r->mapped;
         gvm_live_remove(r);
         __atomic_store_n(&r->state, GVM_REGION_FREE, __ATOMIC_RELEASE);

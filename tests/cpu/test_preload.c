@@ -915,7 +915,10 @@ static void *swap_side_run(void *arg)
     CUstream s;
     CHECK_EQ(D(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
     void *params[] = {&w->a, &w->b, &w->word};
-    for (int i = 0; i < 400; i++) {
+    unsigned long (*calls_of)(const char *) = (unsigned long (*)(const char *))sim_fn("simcuda_calls_of");
+    /* Until the threads have taken turns often enough (how many launches
+     * that takes depends on the machine and the sanitizer). */
+    for (int i = 0; i < 400 || (calls_of("cuMemUnmap") < 60 && i < 4000); i++) {
         CHECK_EQ(cuLaunchKernel_p(w->k, 1, 1, 1, 1, 1, 1, 0, s, params, NULL), CUDA_SUCCESS);
         w->launches++;
         if (i % 16 == 15) CHECK_EQ(D(cuStreamSynchronize, s), CUDA_SUCCESS);
@@ -1050,7 +1053,7 @@ static void *churn_thread(void *arg)
     struct churn_buf ring[CHURN_RING + 1];
     int nring = 0;
     uint64_t rng = 0x9E3779B97F4A7C15ull * (id + 1);
-    for (int it = 0; it < 120; it++) {
+    for (int it = 0; it < 80; it++) {
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
         struct churn_buf b = {.n = sizes[rng % 7], .ordered = (int)((rng >> 20) & 1), .seed = id * 1000 + (unsigned)it};
         CHECK_EQ(b.ordered ? D(cuMemAllocAsync, &b.p, b.n, s) : D(cuMemAlloc_v2, &b.p, b.n), CUDA_SUCCESS);
