@@ -436,7 +436,7 @@ CUresult CUDAAPI cuGraphExecDestroy(CUgraphExec hGraphExec)
 
 /* Runs one node: copies and sets under the sim lock, kernels without it
  * (a kernel body may call the driver). */
-static CUresult sim_replay_node(const struct sim_node *nd)
+static CUresult sim_replay_node(const struct sim_node *nd, CUstream s)
 {
     CUresult rc = CUDA_SUCCESS;
     if (nd->kind == SIM_NODE_KERNEL) {
@@ -445,6 +445,7 @@ static CUresult sim_replay_node(const struct sim_node *nd)
             params[i] = nd->args + nd->f->offset[i];
         if (nd->f->body)
             nd->f->body(params);
+        sim_flight_launch(s, nd->f, params);   /* in flight on the launch's stream */
         return rc;
     }
     pthread_rwlock_rdlock(&sim.lock);
@@ -453,6 +454,10 @@ static CUresult sim_replay_node(const struct sim_node *nd)
     else
         rc = sim_fill(nd->dst, nd->pitch, nd->value, nd->elem, nd->width, nd->height);
     pthread_rwlock_unlock(&sim.lock);
+    if (rc == CUDA_SUCCESS && nd->kind == SIM_NODE_COPY)
+        sim_flight_op(s, nd->dst, nd->n, nd->src, nd->n);
+    else if (rc == CUDA_SUCCESS && nd->width && nd->height)
+        sim_flight_op(s, nd->dst, nd->pitch * (nd->height - 1) + nd->width * nd->elem, 0, 0);
     return rc;
 }
 
@@ -475,7 +480,7 @@ static CUresult sim_graph_launch(CUgraphExec x, CUstream s)
     pthread_mutex_unlock(&sim_cap_lock);
     pthread_rwlock_unlock(&sim.lock);
     for (size_t i = 0; rc == CUDA_SUCCESS && i < n; i++)
-        if (sim_replay_node(&copy[i]) != CUDA_SUCCESS)
+        if (sim_replay_node(&copy[i], s) != CUDA_SUCCESS)
             rc = CUDA_ERROR_LAUNCH_FAILED; /* a node's memory is gone: a fault at run time */
     free(copy);
     return rc;
