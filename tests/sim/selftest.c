@@ -1402,6 +1402,23 @@ static void test_in_flight(void)
     CU_OK(cuStreamSynchronize(s));
     REMAP();
     CHECK(simcuda_unmapped_in_flight() == 4);
+    /* A graph's replayed kernel runs on the stream it was launched on. */
+    CUgraph g;
+    CUgraphExec x;
+    CU_OK(cuStreamBeginCapture_v2(s, CU_STREAM_CAPTURE_MODE_RELAXED));
+    CU_OK(cuLaunchKernel(inc, 1, 1, 1, 1, 1, 1, 0, s, params, NULL));
+    CU_OK(cuStreamEndCapture(s, &g));
+    CU_OK(cuGraphInstantiateWithFlags(&x, g, 0));
+    REMAP();   /* captured, not run: nothing in flight */
+    CHECK(simcuda_unmapped_in_flight() == 4);
+    CU_OK(cuGraphLaunch(x, s));
+    REMAP();
+    CHECK(simcuda_unmapped_in_flight() == 5);
+    CU_OK(cuStreamSynchronize(s));
+    REMAP();
+    CHECK(simcuda_unmapped_in_flight() == 5);
+    CU_OK(cuGraphExecDestroy(x));
+    CU_OK(cuGraphDestroy(g));
 #undef REMAP
     CU_OK(cuCtxSynchronize());
     CU_OK(cuEventDestroy(e));
