@@ -157,7 +157,9 @@ CUresult gvm_spill_down_to(int device, size_t limit, size_t *moved)
  * step took 35.4 ms instead of 39.0 on an H100), so it is kept only while
  * other spilled regions wait to come in: a loop one buffer over the limit
  * swaps one buffer per sweep, serially, rather than two at once. One wait
- * for the program's queued work serves every move of the swap. */
+ * for the program's queued work, made once the swap holds its regions,
+ * serves every move of the swap; each victim that must leave before it
+ * waits once it is taken. */
 
 static size_t add_sat(size_t a, size_t b) { return a > SIZE_MAX - b ? SIZE_MAX : a + b; }
 
