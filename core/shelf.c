@@ -109,7 +109,7 @@ static CUresult wait_streams(uint32_t streams, int dir)
     CUresult rc = CUDA_SUCCESS;
     for (int dev = 0; streams; dev++, streams >>= 1) {
         if (!(streams & 1)) continue;
-        CUstream s = __atomic_load_n(&gvm_topo.dev[dev].stream[dir], __ATOMIC_ACQUIRE);
+        CUstream s = gvm_topo_stream_made(dev, dir);
         CUresult done;
         if (s) {
             done = DRV(cuStreamSynchronize, s);

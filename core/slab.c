@@ -395,7 +395,7 @@ static size_t reap(int device)
     pthread_mutex_unlock(&slab_lock);
     if (!list) return 0;
     size_t freed = 0;
-    bool retry = false;
+    bool retry = false, making_room = gvm_move_making_room();
     while (list) {
         struct gvm_slab *s = list;
         struct gvm_region *r = s->chunk;
@@ -405,9 +405,7 @@ static size_t reap(int device)
          * before its move begins (a victim just locked) may belong to one
          * that trims too, waiting for a lock this thread holds (three
          * threads swapping in a cycle: ThreadSanitizer, 2026-11-27). */
-        bool busy = gvm_move_making_room() &&
-                    (__atomic_load_n(&r->moving, __ATOMIC_SEQ_CST) || pthread_mutex_trylock(&r->op) != 0);
-        if (busy) {
+        if (making_room && (__atomic_load_n(&r->moving, __ATOMIC_SEQ_CST) || pthread_mutex_trylock(&r->op) != 0)) {
             pthread_mutex_lock(&slab_lock);
             s->next = doomed;
             __atomic_store_n(&doomed, s, __ATOMIC_RELEASE);
@@ -421,7 +419,7 @@ static size_t reap(int device)
             }
             continue;
         }
-        if (!gvm_move_making_room()) pthread_mutex_lock(&r->op);
+        if (!making_room) pthread_mutex_lock(&r->op);   /* else taken by the trylock */
         size_t bytes = r->mapped;
         gvm_live_remove(r);
         __atomic_store_n(&r->state, GVM_REGION_FREE, __ATOMIC_RELEASE);

@@ -159,10 +159,12 @@ void gvm_topo_pop(void)
     DRV(cuCtxPopCurrent_v2, &c);
 }
 
+CUstream gvm_topo_stream_made(int dev, int dir) { return __atomic_load_n(&gvm_topo.dev[dev].stream[dir], __ATOMIC_ACQUIRE); }
+
 CUresult gvm_topo_stream(int dev, int dir, CUstream *stream)
 {
     struct gvm_device *d = &gvm_topo.dev[dev];
-    CUstream s = __atomic_load_n(&d->stream[dir], __ATOMIC_ACQUIRE);
+    CUstream s = gvm_topo_stream_made(dev, dir);
     if (s) { *stream = s; return CUDA_SUCCESS; }
     pthread_mutex_lock(&topo_lock);
     CUresult rc = CUDA_SUCCESS;

@@ -89,6 +89,10 @@ enum { GVM_INTO = 0, GVM_OUT_OF = 1 };
  * current). */
 CUresult gvm_topo_stream(int dev, int dir, CUstream *stream);
 
+/* That stream if it was made already, else NULL; makes nothing, so it
+ * needs no context current (a wait on it needs none either). */
+CUstream gvm_topo_stream_made(int dev, int dir);
+
 /* Memory freed by the program may still be read by work queued before the
  * free. Instead of waiting at every free, freed memory is stamped with
  * gvm_topo_epoch() and kept from reuse or unmapping until a device-wide

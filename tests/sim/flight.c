@@ -1,17 +1,16 @@
-/* Kernels in flight (SIMCUDA_KERNELS_IN_FLIGHT=1, or =fatal: the cpu suite's
- * setting, which aborts at the first such unmap). A fake kernel's body
- * (or an asynchronous copy or memset) runs when it is queued, but here it
- * also counts as running
- * until a wait covers it: a synchronize of its stream or its context, or
- * of an event recorded after it on its stream. On a GPU, cuMemUnmap does
- * not wait for kernels: one still running on the memory dies with an
- * illegal address. The sim counts each unmap of memory that a kernel in
- * flight was given a pointer into (or that a copy or memset in flight
- * reaches) (simcuda_unmapped_in_flight), and says
- * which on stderr, so a test finds a move that unmaps before its wait.
- * Waits are credited generously (a wait on a special stream covers every
- * blocking stream of its context): the model may miss a hazard, never
- * invent one. */
+/* Work in flight (SIMCUDA_KERNELS_IN_FLIGHT=1, or =fatal: the cpu suite's
+ * setting, which aborts at the first hazard). A fake kernel's body, an
+ * asynchronous copy or memset, or a replayed graph's node runs when it is
+ * queued, but here it also counts as running until a wait covers it: a
+ * synchronize of its stream or its context, or of an event recorded after
+ * it on its stream. On a GPU, cuMemUnmap does not wait for kernels: one
+ * still running on the memory dies with an illegal address. The sim counts
+ * each unmap of memory that work in flight reaches (a kernel: through a
+ * pointer argument; a copy or memset: its bytes), in
+ * simcuda_unmapped_in_flight, and names it on stderr, so a test finds a
+ * move that unmaps before its wait. Waits are credited generously (a wait
+ * on a special stream covers every blocking stream of its context): the
+ * model may miss a hazard, never invent one. */
 #include "sim.h"
 
 #include <stdio.h>
@@ -100,14 +99,7 @@ void sim_flight_op(CUstream s, uintptr_t a, size_t alen, uintptr_t b, size_t ble
 
 static int in_ctx(const struct flight *e, const void *ctx) { return e->ctx == ctx; }
 
-void sim_flight_ctx_sync(void)
-{
-    if (!enabled()) return;
-    struct CUctx_st *c = sim_ctx_current();
-    pthread_mutex_lock(&flight_lock);
-    drop(in_ctx, c);
-    pthread_mutex_unlock(&flight_lock);
-}
+void sim_flight_ctx_sync(void) { sim_flight_drop_ctx(sim_ctx_current()); }
 
 void sim_flight_drop_ctx(struct CUctx_st *c)
 {
@@ -167,30 +159,37 @@ static int is_wait(enum sim_fn fn)
            fn == SIM_FN_cuEventSynchronize;
 }
 
-void sim_flight_result(enum sim_fn fn, CUresult rc)
+/* Whether a call answering rc leaves the context dead, its queued work
+ * abandoned: a sticky error; or any failure of a wait on a live handle
+ * other than a capture's refusal (a real wait fails only so, or when a
+ * capture forbids it and the work goes on), which an injected one stands
+ * for. */
+static int abandons_work(enum sim_fn fn, CUresult rc)
 {
-    /* A real wait fails on a live handle only when the context died (a
-     * sticky error: its queued work is abandoned) or a capture forbids it
-     * (the work goes on): an injected failure of a wait stands for the
-     * first. */
-    if (is_wait(fn) && rc != CUDA_SUCCESS && rc != CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED &&
-        rc != CUDA_ERROR_CAPTURED_EVENT && rc != CUDA_ERROR_INVALID_HANDLE && rc != CUDA_ERROR_INVALID_CONTEXT &&
-        rc != CUDA_ERROR_CONTEXT_IS_DESTROYED && rc != CUDA_ERROR_NOT_INITIALIZED)
-        rc = CUDA_ERROR_LAUNCH_FAILED;
     switch (rc) {
     case CUDA_ERROR_LAUNCH_FAILED:
     case CUDA_ERROR_ILLEGAL_ADDRESS:
     case CUDA_ERROR_ILLEGAL_INSTRUCTION:
     case CUDA_ERROR_MISALIGNED_ADDRESS:
     case CUDA_ERROR_HARDWARE_STACK_ERROR:
-    case CUDA_ERROR_ECC_UNCORRECTABLE:
-        if (!enabled()) return;
-        pthread_mutex_lock(&flight_lock);
-        nflights = 0;
-        pthread_mutex_unlock(&flight_lock);
-        return;
-    default: return;
+    case CUDA_ERROR_ECC_UNCORRECTABLE: return 1;
+    case CUDA_SUCCESS:
+    case CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED:
+    case CUDA_ERROR_CAPTURED_EVENT:
+    case CUDA_ERROR_INVALID_HANDLE:
+    case CUDA_ERROR_INVALID_CONTEXT:
+    case CUDA_ERROR_CONTEXT_IS_DESTROYED:
+    case CUDA_ERROR_NOT_INITIALIZED: return 0;
+    default: return is_wait(fn);
     }
+}
+
+void sim_flight_result(enum sim_fn fn, CUresult rc)
+{
+    if (!abandons_work(fn, rc) || !enabled()) return;
+    pthread_mutex_lock(&flight_lock);
+    nflights = 0;
+    pthread_mutex_unlock(&flight_lock);
 }
 
 void sim_flight_reset(void)
@@ -215,7 +214,7 @@ void sim_flight_unmap(uintptr_t base, size_t size)
                     (unsigned long)base, size, (void *)flights[i].stream, (unsigned long)p, n);
             /* As a GPU would kill the program at the fault: the test fails. */
             if (__atomic_load_n(&flight_on, __ATOMIC_ACQUIRE) == 2) abort();
-            k = flights[i].nptr;
+            break;   /* one line per piece of work */
         }
     pthread_mutex_unlock(&flight_lock);
 }
