@@ -963,8 +963,8 @@ static int swap_threads_workload(void)
 /* gpu-threads on the simulated driver: threads allocating (plain and
  * stream-ordered), filling by kernel, setting by memset, checking by
  * kernel and by copy, freeing, and handing buffers to each other, past a
- * device limit with spill (THREADS_SPILL picks host mapped, host lazy or
- * peer). Every unmap is checked against the work still in flight
+ * device limit with spill (the case runs it with host spill mapped, host
+ * spill lazy, and peer spill). Every unmap is checked against the work still in flight
  * (SIMCUDA_KERNELS_IN_FLIGHT=fatal), every byte against its pattern. */
 #define CHURN_THREADS 4
 #define CHURN_RING 4
