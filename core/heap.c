@@ -274,7 +274,7 @@ static CUresult new_region(size_t rounded, int device, CUcontext ctx, const stru
     }
     GVM_STORE(r->kind, GVM_REGION_LARGE);
     r->device = device;
-    r->home = pl->spill ? device : pl->loc;
+    GVM_STORE(r->home, pl->spill ? device : pl->loc);   /* the policy reads it lock-free */
     r->ctx = ctx;
     /* Memory nothing is expected to move comes in few large pieces: fewer
      * driver calls (region.h). */
