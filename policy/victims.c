@@ -84,7 +84,7 @@ static bool by_next_use(struct gvm_victims *v, bool furthest)
     uint32_t period = cfg && cfg->learn_loop ? gvm_recur_period() : 0;
     if (!period) return false;
     for (size_t i = 0; i < v->n; i++) v->v[i].next_use = gvm_recur_next_use(v->v[i].r, period);
-    qsort(v->v, v->n, sizeof *v->v, furthest_first);
+    if (v->n) qsort(v->v, v->n, sizeof *v->v, furthest_first);   /* none: v->v may be NULL */
     if (!furthest) reverse(v->v, v->n);
     return true;
 }
