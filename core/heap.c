@@ -373,6 +373,7 @@ CUresult gvm_heap_alloc(size_t size, int device, CUcontext ctx, const struct gvm
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
     gvm_heap_settle_deferred();
+    gvm_topo_note_context(device, ctx);   /* moves wait for its work too */
     CUresult rc;
     if (size <= gvm_settings.small_max && place->loc == device && !place->interleave) {
         rc = gvm_slab_alloc(device, size, tag, ctx, out);

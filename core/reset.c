@@ -119,6 +119,7 @@ void gvm_reset_context(int dev, CUcontext ctx)
 {
     /* Launches on its streams recorded events there. */
     gvm_usemark_forget();
+    gvm_topo_forget_program_context(ctx);
     size_t n = free_program_memory(dev, ctx);
     /* What the frees left cached goes back too, as natively (with the
      * device's other idle memory: a context's end is rare). */
@@ -135,6 +136,7 @@ void gvm_reset_device(int dev, CUcontext ctx)
     gvm_hostpin_forget(dev);
     gvm_usemark_forget();
     gvm_topo_forget_context(dev);
+    gvm_topo_forget_program_context(ctx);   /* noted before gvmshim retained it */
     size_t n = ctx ? free_program_memory(dev, ctx) : 0;
     /* And the host pool's pieces registered in the primary context: their
      * registration died with it. The created ones (the host_pool prefill

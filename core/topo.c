@@ -231,6 +231,89 @@ void gvm_topo_forget_context(int dev)
     pthread_mutex_unlock(&topo_lock);
 }
 
+/* ---- contexts the program made ---------------------------------------
+ *
+ * A copy or kernel queued in a context the program made runs apart from
+ * the primary context's work: a wait that synchronized the primary
+ * contexts and the caller's let a spill from another thread unmap memory
+ * such a copy still wrote (tests/cpu/test_spill_copy.c; a GPU faults).
+ * The contexts the program allocates in are remembered, and every wait
+ * for a device synchronizes them. Noting one makes no driver call (an
+ * allocation's failures are the driver's, call by call): a primary
+ * context gvmshim has not retained yet may be noted, and is passed over
+ * at the wait. */
+#define OWN_MAX 64
+
+static pthread_mutex_t own_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    CUcontext ctx;
+    int dev;
+} own[OWN_MAX];
+static int nown;          /* written under own_lock; 0 (no such context): a wait costs one load more */
+static unsigned own_gen;  /* forgettings so far: a handle may be reused since */
+
+void gvm_topo_note_context(int dev, CUcontext ctx)
+{
+    /* A thread allocates in one context mostly: noted once. */
+    static __thread CUcontext noted;
+    static __thread unsigned noted_gen;
+    unsigned gen = __atomic_load_n(&own_gen, __ATOMIC_ACQUIRE);
+    if (!ctx || (ctx == noted && gen == noted_gen) || ctx == __atomic_load_n(&gvm_topo.dev[dev].ctx, __ATOMIC_ACQUIRE))
+        return;
+    pthread_mutex_lock(&own_lock);
+    int i = 0;
+    while (i < nown && own[i].ctx != ctx) i++;
+    if (i == nown && nown < OWN_MAX) {
+        own[i].ctx = ctx;
+        own[i].dev = dev;
+        __atomic_store_n(&nown, nown + 1, __ATOMIC_RELEASE);
+    } else if (i == nown) {
+        gvm_warn("more than %d contexts of the program's own: moves do not wait for the work of context %p",
+                 OWN_MAX, (void *)ctx);
+    }
+    pthread_mutex_unlock(&own_lock);
+    noted = ctx;
+    noted_gen = gen;
+}
+
+void gvm_topo_forget_program_context(CUcontext ctx)
+{
+    pthread_mutex_lock(&own_lock);
+    for (int i = 0; i < nown; i++)
+        if (own[i].ctx == ctx) {
+            own[i] = own[nown - 1];
+            __atomic_store_n(&nown, nown - 1, __ATOMIC_RELEASE);
+            break;
+        }
+    __atomic_add_fetch(&own_gen, 1, __ATOMIC_ACQ_REL);
+    pthread_mutex_unlock(&own_lock);
+}
+
+/* A context destroyed meanwhile (its record not yet forgotten) has no
+ * work left. */
+static bool gone(CUresult rc) { return rc == CUDA_ERROR_INVALID_CONTEXT || rc == CUDA_ERROR_CONTEXT_IS_DESTROYED; }
+
+/* Synchronizes the program's own contexts on dev (-1: on every device);
+ * primary contexts are the callers' to wait for. Under own_lock, so that
+ * none is forgotten, and its handle reused, while it is current here. */
+static CUresult sync_own(int dev)
+{
+    if (!__atomic_load_n(&nown, __ATOMIC_ACQUIRE)) return CUDA_SUCCESS;
+    CUresult rc = CUDA_SUCCESS;
+    pthread_mutex_lock(&own_lock);
+    for (int i = 0; i < nown && rc == CUDA_SUCCESS; i++) {
+        if ((dev >= 0 && own[i].dev != dev) || own[i].ctx == gvm_topo_primary(own[i].dev)) continue;
+        if ((rc = DRV(cuCtxPushCurrent_v2, own[i].ctx)) == CUDA_SUCCESS) {
+            CUcontext c;
+            rc = DRV(cuCtxSynchronize);
+            DRV(cuCtxPopCurrent_v2, &c);
+        }
+        if (gone(rc)) rc = CUDA_SUCCESS;
+    }
+    pthread_mutex_unlock(&own_lock);
+    return rc;
+}
+
 static __thread bool reuse_nowait;
 static __thread uint64_t ordered_stream;
 
@@ -321,6 +404,7 @@ static CUresult sync_device(int dev)
         gvm_topo_pop();
         if (rc != CUDA_SUCCESS) return rc;
     }
+    if ((rc = sync_own(dev)) != CUDA_SUCCESS) return rc;
     sync_finished(dev, ticket);
     return CUDA_SUCCESS;
 }
@@ -354,6 +438,7 @@ static CUresult quiesce(void)
         gvm_topo_pop();
         if (rc != CUDA_SUCCESS) return rc;
     }
+    if ((rc = sync_own(-1)) != CUDA_SUCCESS) return rc;
     for (int d = 0; d < gvm_topo.ndev; d++) sync_finished(d, ticket[d]);
     advance(&quiesces_done, whole);
     return CUDA_SUCCESS;

@@ -114,8 +114,16 @@ void gvm_topo_stream_order(bool on, uint64_t stream);
 bool gvm_topo_reuse_waits(void);
 uint64_t gvm_topo_ordered_stream(void);   /* 0: none */
 
+/* A context the program made (cuCtxCreate) that it allocates in on dev
+ * (the primary context and NULL are ignored): cuCtxSynchronize waits for
+ * one context's work only, so the waits below synchronize these too
+ * (gvm_heap_alloc notes them). Forgotten once the program destroyed it. */
+void gvm_topo_note_context(int dev, CUcontext ctx);
+void gvm_topo_forget_program_context(CUcontext ctx);
+
 /* Waits for all work queued on device dev (the calling thread's context if
- * it is on dev, and dev's primary context). While a stream capture is open
+ * it is on dev, dev's primary context and the program's own contexts on
+ * dev). While a stream capture is open
  * on dev, waits nothing and returns CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED
  * (core/capture.h): the caller must do without. */
 CUresult gvm_topo_sync_device(int dev);
@@ -124,7 +132,8 @@ CUresult gvm_topo_sync_device(int dev);
 CUresult gvm_topo_settle(int dev, uint64_t stamp);
 
 /* Waits for all work queued on every device whose primary context is
- * active (and on the calling thread's current context): after it returns,
+ * active (and on the calling thread's current context and the program's
+ * own contexts gvm_topo_note_context was told of): after it returns,
  * no earlier kernel or copy can touch memory gvmshim is about to remap.
  * CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED while any capture is open. */
 CUresult gvm_topo_quiesce(void);
