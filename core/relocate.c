@@ -31,13 +31,24 @@ static CUresult move_to(struct gvm_region *r, int loc, unsigned how)
 /* Spilled lazily: its contents wait on the shelf, its addresses unmapped. */
 static bool lazy(const struct gvm_region *r) { return r->shelf_spill; }
 
+/* Calls of unknown reach being issued (gvm_relocate_hold_unmapped). */
+static unsigned unmapped_holds;
+
+void gvm_relocate_hold_unmapped(bool on)
+{
+    __atomic_add_fetch(&unmapped_holds, on ? 1u : (unsigned)-1, __ATOMIC_SEQ_CST);
+}
+
 /* Whether a spill of r to host may leave it unmapped (GVM_RELOC_SHELVE):
  * not a chunk, whose free slots the program may be handed meanwhile, nor
- * a region an alias shows (the alias would keep the old memory). */
+ * a region an alias shows (the alias would keep the old memory), nor
+ * while a call that may reach any region is being issued. Read once the
+ * move holds r (gvm_move_enter), so a move that read no hold has
+ * finished by the time the holder closes the move gate. */
 static bool shelvable(const struct gvm_region *r, int loc, unsigned how)
 {
     return (how & GVM_RELOC_SHELVE) && loc == GVM_LOC_HOST && GVM_LOAD(r->kind) == GVM_REGION_LARGE &&
-           !r->aliases;
+           !r->aliases && !__atomic_load_n(&unmapped_holds, __ATOMIC_SEQ_CST);
 }
 
 /* A lazy spill or its return counts as the move it is (a map in place

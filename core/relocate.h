@@ -72,6 +72,15 @@ CUresult gvm_relocate_locked(struct gvm_region *r, int loc, unsigned how);
 int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const *out, const int *to, int nout,
                       unsigned out_flags, CUresult *in_rc);
 
+/* While on (counted: calls nest), spills leave nothing unmapped: those
+ * asked to shelve (GVM_RELOC_SHELVE) map their copy on host as others
+ * do. For a call whose reach is unknown (a graph's launch, a launch
+ * scanned in part): it maps every lazy spill, then closes the move gate
+ * (core/move.h); a lazy spill run in between by another thread would
+ * leave a region it reaches unmapped, and without the hold the two could
+ * chase each other for ever. */
+void gvm_relocate_hold_unmapped(bool on);
+
 /* The device a paused region comes back to: where its memory was when it
  * was paused (its home when it was on host then). Read without its lock. */
 static inline int gvm_relocate_resume_device(const struct gvm_region *r)

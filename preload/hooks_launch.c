@@ -7,6 +7,7 @@
 #include "preload/shim.h"
 
 #include "core/capture.h"
+#include "core/relocate.h"
 #include "core/usemark.h"
 #include "core/vamap.h"
 #include "policy/prefetch.h"
@@ -78,6 +79,7 @@ struct used {
     struct gvm_region *r[MAX_USED];
     int n;
     bool partial;         /* the launch may reach regions not found: arguments not all scanned */
+    bool gated;           /* it holds the move gate (partial: no move may run under it) */
     int words;            /* argument words looked at */
     /* From the 9th word on: address-map pages (2 MiB; page + 1, 0: empty)
      * looked up for this launch, direct-mapped. A struct of pointers
@@ -120,18 +122,43 @@ static void scan_bytes(struct used *u, const unsigned char *p, size_t len)
 
 static void collect(struct used *u, void *fn, void **params, void **extra);
 
+/* For a call whose reach is not known (a graph's launch, a launch scanned
+ * in part): maps every lazily spilled region, then closes the move gate
+ * with none left. Mapping alone is not enough: a move another thread ran
+ * meanwhile (the prefetch thread, a demand swap) could send a region the
+ * call reaches away unmapped, and the kernel would fault; while the hold
+ * is on, moves begun after it leave nothing unmapped, so a second round
+ * finds none. A few rounds (a map in place may fail), then the call goes
+ * ahead. */
+static void map_all_and_close(void)
+{
+    gvm_relocate_hold_unmapped(true);
+    for (int tries = 0;; tries++) {
+        gvm_policy_map_spilled();
+        gvm_move_gate_enter();
+        if (tries == 3 || !__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_SEQ_CST)) break;
+        gvm_move_gate_leave();
+    }
+    gvm_relocate_hold_unmapped(false);   /* the gate holds every move back now */
+}
+
 /* Finds the regions the launch reaches, lets the policy bring spilled ones
  * back (before they are announced: a region in use cannot move), then
  * announces them for the launch call; lazily spilled ones still away get
- * their memory mapped where it is. */
+ * their memory mapped where it is. A launch scanned in part holds the
+ * move gate for its call instead, everything mapped. */
 static void scan(struct used *u, void *fn, void **params, void **extra)
 {
     collect(u, fn, params, extra);
-    if (u->partial) gvm_policy_map_spilled();   /* its reach is not known whole */
+    u->gated = false;
+    if (u->n) gvm_policy_before_launch(u->r, u->n);
+    if (u->partial) {
+        map_all_and_close();   /* its reach is not known whole */
+        u->gated = true;
+    }
     if (!u->n) return;
-    gvm_policy_before_launch(u->r, u->n);
-    gvm_use_regions(u->r, u->n);
-    if (!__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED)) return;
+    gvm_use_regions(u->r, u->n);   /* under the gate no region moves: no wait */
+    if (u->gated || !__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED)) return;
     for (int i = 0; i < u->n; i++) {
         uint64_t tick = 0;
         if (GVM_LOAD(u->r[i]->shelf_spill)) u->r[i] = gvm_policy_use_mapped(u->r[i], &tick);
@@ -196,6 +223,7 @@ static void release(struct used *u, CUresult rc, CUstream s, bool per_thread)
 {
     if (gvm_usemark_on()) note_uses(u, rc, s, per_thread);
     for (int i = 0; i < u->n; i++) gvm_use_end(u->r[i]);
+    if (u->gated) gvm_move_gate_leave();   /* after the stamp: a move begun now waits for the launch */
     if (u->n) gvm_prefetch_after(u->r, u->n);   /* queued: the next swap may start beside it */
 }
 
@@ -251,8 +279,7 @@ COOP_HOOK(cuLaunchCooperativeKernel_ptsz, true)
     GVM_EXPORT CUresult CUDAAPI fn(CUgraphExec g, CUstream s)                 \
     {                                                                          \
         gvm_hook_count(GVM_FN_##fn);                                           \
-        gvm_policy_map_spilled();                                              \
-        gvm_move_gate_enter();                                                 \
+        map_all_and_close();                                                   \
         CUresult rc = GVM_REAL(fn)(g, s);                                        \
         if (rc == CUDA_SUCCESS) gvm_usemark_untracked("a graph");              \
         gvm_move_gate_leave();                                                 \

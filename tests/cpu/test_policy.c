@@ -1887,6 +1887,41 @@ static void unknown_reach_maps_every_lazy_spill(void)
     CHECK(simcuda_phys_bytes(0) <= 64 * MiB);
 }
 
+/* While a call of unknown reach is being issued (the hold), spills leave
+ * nothing unmapped: a swap-in's victim goes to host mapped, the incoming
+ * region comes from its shelf all the same; the data and the limit hold.
+ * Released, spills are lazy again. */
+static void held_spills_leave_nothing_unmapped(void)
+{
+    start_policy(lazy_kv);
+    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB);
+    fill(a, 24 * MiB, 31);
+    fill(b, 24 * MiB, 32);
+    touch(b);
+    uintptr_t c = palloc(24 * MiB);          /* a leaves, lazily */
+    fill(c, 24 * MiB, 33);
+    CHECK_EQ(simcuda_location_of(a), SIMCUDA_LOC_UNMAPPED);
+    touch(b);
+    gvm_relocate_hold_unmapped(true);
+    struct gvm_region *used[2] = {gvm_heap_region(a), gvm_heap_region(c)};
+    gvm_policy_before_launch(used, 2);       /* a comes in, b leaves, mapped */
+    CHECK_EQ(where(a), 0);
+    CHECK_EQ(where(b), GVM_HOST);
+    CHECK_EQ(simcuda_location_of(b), SIMCUDA_LOC_HOST);
+    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED), 0u);
+    CHECK(simcuda_phys_bytes(0) <= 64 * MiB);
+    gvm_relocate_hold_unmapped(false);
+    struct gvm_region *rb = gvm_heap_region(b);
+    gvm_policy_before_launch(&rb, 1);        /* b comes in, another leaves lazily */
+    CHECK_EQ(where(b), 0);
+    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED), 1u);
+    CHECK(intact_used(a, 24 * MiB, 31) && intact_used(b, 24 * MiB, 32) && intact_used(c, 24 * MiB, 33));
+    CHECK(simcuda_phys_bytes(0) <= 64 * MiB);
+    CHECK_EQ(gvm_policy_free(a), CUDA_SUCCESS);
+    CHECK_EQ(gvm_policy_free(b), CUDA_SUCCESS);
+    CHECK_EQ(gvm_policy_free(c), CUDA_SUCCESS);
+}
+
 /* Operations on a lazily spilled allocation: an alias shows its data (it
  * is mapped first), a pause keeps or discards it, a free releases it. */
 static void operations_on_lazily_spilled_memory(void)
@@ -2647,6 +2682,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(a_lazy_spill_leaves_the_range_unmapped)
     TEST_ENTRY(registered_pages_of_a_lazy_spill_map_in_place)
     TEST_ENTRY(unknown_reach_maps_every_lazy_spill)
+    TEST_ENTRY(held_spills_leave_nothing_unmapped)
     TEST_ENTRY(operations_on_lazily_spilled_memory)
     TEST_ENTRY(freeing_lazily_spilled_memory_releases_it)
     TEST_ENTRY(failure_during_a_lazy_swap_keeps_data)

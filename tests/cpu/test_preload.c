@@ -879,6 +879,54 @@ static int lazy_workload(void)
     return 0;
 }
 
+/* A launch whose arguments were not all scanned (here a struct past the
+ * 4 KiB scanned) may reach any allocation: every lazy spill is mapped
+ * for it, and none of what it may reach is sent away for it. Its first
+ * word names a lazily spilled allocation (it comes back, or stays mapped
+ * on host), the word past 4 KiB a resident one, the one the swap-in
+ * would pick as its victim (the most recently used): unmapped under the
+ * kernel, it would fault. */
+#define PARTIAL_WORDS (4096 / 8 + 1)
+
+static unsigned partial_seen[2];
+
+static void read_partial(void **params)
+{
+    const uint64_t *w = params[0];
+    partial_seen[0] = *(const unsigned *)(uintptr_t)w[0];
+    partial_seen[1] = *(const unsigned *)(uintptr_t)w[PARTIAL_WORDS - 1];
+}
+
+static int partial_workload(void)
+{
+    start();
+    void *(*make)(void (*)(void **), unsigned, const size_t *) = sim_fn("simcuda_function");
+    int (*location_of)(CUdeviceptr) = (int (*)(CUdeviceptr))sim_fn("simcuda_location_of");
+    size_t size = PARTIAL_WORDS * sizeof(uint64_t);
+    CUfunction k = (CUfunction)make(read_partial, 1, &size);
+    RES(cuLaunchKernel, "cuLaunchKernel", 4000, 0);
+    CUdeviceptr s, v, x;
+    CHECK_EQ(D(cuMemAlloc_v2, &s, 24 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemsetD32_v2, s, 0x5u, 6 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAlloc_v2, &v, 24 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAlloc_v2, &x, 24 * MiB), CUDA_SUCCESS);   /* over 64M: s leaves, unmapped */
+    CHECK_EQ(location_of(s), SIMCUDA_LOC_UNMAPPED);
+    CHECK_EQ(D(cuMemsetD32_v2, v, 0x7u, 6 * MiB), CUDA_SUCCESS);   /* the most recent */
+    static uint64_t words[PARTIAL_WORDS];
+    words[0] = s;
+    words[PARTIAL_WORDS - 1] = v;
+    void *params[] = {words};
+    CHECK_EQ(cuLaunchKernel_p(k, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL), CUDA_SUCCESS);
+    CHECK_EQ(partial_seen[0], 0x5u);
+    CHECK_EQ(partial_seen[1], 0x7u);
+    CHECK(location_of(v) != SIMCUDA_LOC_UNMAPPED);
+    CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFree_v2, s), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFree_v2, v), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFree_v2, x), CUDA_SUCCESS);
+    return 0;
+}
+
 /* ---- moves beside other threads' kernels ---- */
 
 /* Two threads, each on its own stream, keep launching kernels on their
@@ -957,6 +1005,161 @@ static int swap_threads_workload(void)
     CHECK_EQ(swap_bad, 0u);
     CHECK_EQ(in_flight(), 0ul);
     for (int i = 0; i < 3; i++) CHECK_EQ(D(cuMemFree_v2, p[i]), CUDA_SUCCESS);
+    return 0;
+}
+
+/* A graph's replay beside another thread's swaps (lazy spills): its
+ * reach is unknown, so every lazy spill is mapped for it, and no move may
+ * send anything away unmapped between that and the replay. One thread
+ * sweeps a kernel over four 8 MiB buffers past a 24 MiB limit, each
+ * launch swapping one in and another out; the other replays a graph
+ * whose kernel reads all four. A region unmapped under the replay faults
+ * (the kernel runs on the CPU here), or the unmap under it aborts
+ * (SIMCUDA_KERNELS_IN_FLIGHT=fatal). */
+#define GRAPH_BUFS 4
+
+static unsigned graph_bad;
+
+static void read_all(void **params)
+{
+    for (int i = 0; i < GRAPH_BUFS; i++) {
+        CUdeviceptr p = *(CUdeviceptr *)params[i];
+        if (*(const unsigned *)(uintptr_t)(p + 4 * MiB) != 0x6a000000u + (unsigned)i)
+            __atomic_add_fetch(&graph_bad, 1, __ATOMIC_RELAXED);
+    }
+}
+
+static void read_one(void **params)
+{
+    CUdeviceptr p = *(CUdeviceptr *)params[0];
+    unsigned i = *(unsigned *)params[1];
+    if (*(const unsigned *)(uintptr_t)(p + 4 * MiB) != 0x6a000000u + i) __atomic_add_fetch(&graph_bad, 1, __ATOMIC_RELAXED);
+}
+
+struct graph_sweep {
+    CUfunction k;
+    CUdeviceptr *p;
+    volatile int stop;
+};
+
+static void *graph_sweeper(void *arg)
+{
+    struct graph_sweep *w = arg;
+    RES(cuLaunchKernel, "cuLaunchKernel", 4000, 0);
+    CHECK_EQ(D(cuCtxSetCurrent, ctx0), CUDA_SUCCESS);
+    CUstream s;
+    CHECK_EQ(D(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    for (unsigned i = 0; !w->stop; i++) {
+        unsigned b = i % GRAPH_BUFS;
+        void *params[] = {&w->p[b], &b};
+        CHECK_EQ(cuLaunchKernel_p(w->k, 1, 1, 1, 1, 1, 1, 0, s, params, NULL), CUDA_SUCCESS);
+        usleep(20);   /* the sim's lock prefers readers (see swap_side_run) */
+    }
+    CHECK_EQ(D(cuStreamSynchronize, s), CUDA_SUCCESS);
+    CHECK_EQ(D(cuStreamDestroy_v2, s), CUDA_SUCCESS);
+    return NULL;
+}
+
+static int graph_threads_workload(void)
+{
+    start();
+    void *(*make)(void (*)(void **), unsigned, const size_t *) = sim_fn("simcuda_function");
+    unsigned long (*in_flight)(void) = (unsigned long (*)(void))sim_fn("simcuda_unmapped_in_flight");
+    unsigned long (*calls_of)(const char *) = (unsigned long (*)(const char *))sim_fn("simcuda_calls_of");
+    size_t all_sizes[GRAPH_BUFS] = {8, 8, 8, 8}, one_sizes[2] = {8, 4};
+    CUfunction all = (CUfunction)make(read_all, GRAPH_BUFS, all_sizes);
+    CUfunction one = (CUfunction)make(read_one, 2, one_sizes);
+    RES(cuLaunchKernel, "cuLaunchKernel", 4000, 0);
+    CUdeviceptr p[GRAPH_BUFS];
+    for (int i = 0; i < GRAPH_BUFS; i++) {
+        CHECK_EQ(D(cuMemAlloc_v2, &p[i], 8 * MiB), CUDA_SUCCESS);
+        CHECK_EQ(D(cuMemsetD32_v2, p[i], 0x6a000000u + (unsigned)i, 2 * MiB), CUDA_SUCCESS);
+    }
+    CUstream s;
+    CHECK_EQ(D(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CHECK_EQ(D(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
+    void *params[] = {&p[0], &p[1], &p[2], &p[3]};
+    CHECK_EQ(cuLaunchKernel_p(all, 1, 1, 1, 1, 1, 1, 0, s, params, NULL), CUDA_SUCCESS);
+    CUgraph g = NULL;
+    CUgraphExec ge;
+    CHECK_EQ(D(cuStreamEndCapture, s, &g), CUDA_SUCCESS);
+    CHECK_EQ(D(cuGraphInstantiateWithFlags, &ge, g, 0), CUDA_SUCCESS);
+    struct graph_sweep w = {one, p, 0};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, graph_sweeper, &w), 0);
+    for (int i = 0; i < 300 || (calls_of("cuMemUnmap") < 60 && i < 3000); i++) {
+        CHECK_EQ(D(cuGraphLaunch, ge, s), CUDA_SUCCESS);
+        if (i % 8 == 7) CHECK_EQ(D(cuStreamSynchronize, s), CUDA_SUCCESS);
+        usleep(20);
+    }
+    w.stop = 1;
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
+    fprintf(stderr, "unmaps %lu, of them under work in flight %lu, bad reads %u\n", calls_of("cuMemUnmap"),
+            in_flight(), graph_bad);
+    CHECK(calls_of("cuMemUnmap") >= 40);
+    CHECK_EQ(graph_bad, 0u);
+    CHECK_EQ(in_flight(), 0ul);
+    CHECK_EQ(D(cuGraphExecDestroy, ge), CUDA_SUCCESS);
+    CHECK_EQ(D(cuGraphDestroy, g), CUDA_SUCCESS);
+    CHECK_EQ(D(cuStreamDestroy_v2, s), CUDA_SUCCESS);
+    for (int i = 0; i < GRAPH_BUFS; i++) CHECK_EQ(D(cuMemFree_v2, p[i]), CUDA_SUCCESS);
+    return 0;
+}
+
+/* Lazy swaps waiting for their regions' last uses (core/usemark.h) while
+ * each launch goes another way: the legacy and per-thread default
+ * streams, a blocking and a non-blocking stream, cuLaunchKernelEx and a
+ * cooperative launch, never synchronized; now and then an event record
+ * fails (injected). Four 8 MiB buffers past a 24 MiB limit: every launch
+ * swaps one in and another out. No unmap may come under a launch still
+ * in flight (SIMCUDA_KERNELS_IN_FLIGHT=fatal), no byte may change. */
+static int usemark_streams_workload(void)
+{
+    start();
+    void *(*make)(void (*)(void **), unsigned, const size_t *) = sim_fn("simcuda_function");
+    unsigned long (*in_flight)(void) = (unsigned long (*)(void))sim_fn("simcuda_unmapped_in_flight");
+    unsigned long (*calls_of)(const char *) = (unsigned long (*)(const char *))sim_fn("simcuda_calls_of");
+    void (*fail_call)(const char *, unsigned long, CUresult) = sim_fn("simcuda_fail_call");
+    size_t sizes[2] = {8, 4};
+    CUfunction k = (CUfunction)make(read_one, 2, sizes);
+    RES(cuLaunchKernel, "cuLaunchKernel", 4000, 0);
+    RES(cuLaunchKernelEx, "cuLaunchKernelEx", 11060, 0);
+    RES(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 9000, 0);
+    CUdeviceptr p[GRAPH_BUFS];
+    for (int i = 0; i < GRAPH_BUFS; i++) {
+        CHECK_EQ(D(cuMemAlloc_v2, &p[i], 8 * MiB), CUDA_SUCCESS);
+        CHECK_EQ(D(cuMemsetD32_v2, p[i], 0x6a000000u + (unsigned)i, 2 * MiB), CUDA_SUCCESS);
+    }
+    CUstream blocking, nonblocking;
+    CHECK_EQ(D(cuStreamCreate, &blocking, 0), CUDA_SUCCESS);
+    CHECK_EQ(D(cuStreamCreate, &nonblocking, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CUstream streams[] = {NULL, CU_STREAM_PER_THREAD, blocking, nonblocking, CU_STREAM_LEGACY};
+    for (unsigned i = 0; i < 240; i++) {
+        unsigned b = (i * 3 + i / 7) % GRAPH_BUFS;
+        CUstream s = streams[i % 5];
+        void *params[] = {&p[b], &b};
+        if (i % 11 == 5) fail_call("cuEventRecord", 1, CUDA_ERROR_UNKNOWN);
+        if (i % 3 == 1) {
+            CUlaunchConfig cfg = {.gridDimX = 1, .gridDimY = 1, .gridDimZ = 1, .blockDimX = 1, .blockDimY = 1,
+                                  .blockDimZ = 1, .hStream = s};
+            CHECK_EQ(cuLaunchKernelEx_p(&cfg, k, params, NULL), CUDA_SUCCESS);
+        } else if (i % 3 == 2) {
+            CHECK_EQ(cuLaunchCooperativeKernel_p(k, 1, 1, 1, 1, 1, 1, 0, s, params), CUDA_SUCCESS);
+        } else {
+            CHECK_EQ(cuLaunchKernel_p(k, 1, 1, 1, 1, 1, 1, 0, s, params, NULL), CUDA_SUCCESS);
+        }
+    }
+    fail_call("cuEventRecord", 0, CUDA_SUCCESS);
+    CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
+    fprintf(stderr, "unmaps %lu, records %lu, under work in flight %lu, bad reads %u\n", calls_of("cuMemUnmap"),
+            calls_of("cuEventRecord"), in_flight(), graph_bad);
+    CHECK(calls_of("cuMemUnmap") >= 100);
+    CHECK_EQ(graph_bad, 0u);
+    CHECK_EQ(in_flight(), 0ul);
+    CHECK_EQ(D(cuStreamDestroy_v2, blocking), CUDA_SUCCESS);
+    CHECK_EQ(D(cuStreamDestroy_v2, nonblocking), CUDA_SUCCESS);
+    for (int i = 0; i < GRAPH_BUFS; i++) CHECK_EQ(D(cuMemFree_v2, p[i]), CUDA_SUCCESS);
     return 0;
 }
 
@@ -1297,6 +1500,7 @@ static void lazy_spills_are_mapped_for_what_reaches_them(void)
     const char *envs[] = {"GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", "GVM_SPILL_HOST_MAP=lazy",
                           "GVM_PROMOTE_INTERVAL=3600s", NULL};
     CHECK_EQ(run_self_envs("lazy", envs, NULL, 0), 0);
+    CHECK_EQ(run_self_envs("partial", envs, NULL, 0), 0);
 }
 
 /* The sim's kernels run on the CPU: with its CPU faults on, a kernel
@@ -1312,6 +1516,15 @@ static void threads_churning_past_the_limit_keep_every_byte(void)
     CHECK_EQ(run_self_envs("threads", mapped, NULL, 0), 0);
     CHECK_EQ(run_self_envs("threads", lazy, NULL, 0), 0);
     CHECK_EQ(run_self_envs("threads", peer, NULL, 0), 0);
+}
+
+/* CPU faults off: see threads_churning_past_the_limit_keep_every_byte. */
+static void graph_replays_beside_swaps_find_their_memory_mapped(void)
+{
+    const char *envs[] = {"GVM_DEVICE_LIMIT=0:24M", "GVM_SPILL=host", "GVM_SPILL_HOST_MAP=lazy",
+                          "GVM_PROMOTE_INTERVAL=3600s", "SIMCUDA_CPU_FAULTS=0", NULL};
+    CHECK_EQ(run_self_envs("graph-threads", envs, NULL, 0), 0);
+    CHECK_EQ(run_self_envs("usemark-streams", envs, NULL, 0), 0);
 }
 
 static void moves_wait_for_kernels_queued_on_other_streams(void)
@@ -2068,6 +2281,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(lazy_spills_are_mapped_for_what_reaches_them)
     TEST_ENTRY(moves_wait_for_kernels_queued_on_other_streams)
     TEST_ENTRY(threads_churning_past_the_limit_keep_every_byte)
+    TEST_ENTRY(graph_replays_beside_swaps_find_their_memory_mapped)
     TEST_ENTRY(one_device_programs_leave_other_devices_alone)
     TEST_ENTRY(device_reset_frees_the_programs_memory)
     TEST_ENTRY(freed_memory_goes_back_once_idle)
@@ -2095,6 +2309,9 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "untracked")) exit(untracked_workload());
         if (!strcmp(argv[2], "struct-scan")) exit(struct_scan_workload());
         if (!strcmp(argv[2], "lazy")) exit(lazy_workload());
+        if (!strcmp(argv[2], "partial")) exit(partial_workload());
+        if (!strcmp(argv[2], "graph-threads")) exit(graph_threads_workload());
+        if (!strcmp(argv[2], "usemark-streams")) exit(usemark_streams_workload());
         if (!strcmp(argv[2], "swap-threads")) exit(swap_threads_workload());
         if (!strcmp(argv[2], "threads")) exit(threads_workload());
         if (!strcmp(argv[2], "one-device")) exit(one_device_workload());
