@@ -1039,7 +1039,7 @@ static void read_one(void **params)
 struct graph_sweep {
     CUfunction k;
     CUdeviceptr *p;
-    volatile int stop;
+    int stop;   /* atomic */
 };
 
 static void *graph_sweeper(void *arg)
@@ -1049,7 +1049,7 @@ static void *graph_sweeper(void *arg)
     CHECK_EQ(D(cuCtxSetCurrent, ctx0), CUDA_SUCCESS);
     CUstream s;
     CHECK_EQ(D(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    for (unsigned i = 0; !w->stop; i++) {
+    for (unsigned i = 0; !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE); i++) {
         unsigned b = i % GRAPH_BUFS;
         void *params[] = {&w->p[b], &b};
         CHECK_EQ(cuLaunchKernel_p(w->k, 1, 1, 1, 1, 1, 1, 0, s, params, NULL), CUDA_SUCCESS);
@@ -1092,7 +1092,7 @@ static int graph_threads_workload(void)
         if (i % 8 == 7) CHECK_EQ(D(cuStreamSynchronize, s), CUDA_SUCCESS);
         usleep(20);
     }
-    w.stop = 1;
+    __atomic_store_n(&w.stop, 1, __ATOMIC_RELEASE);
     CHECK_EQ(pthread_join(t, NULL), 0);
     CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
     fprintf(stderr, "unmaps %lu, of them under work in flight %lu, bad reads %u\n", calls_of("cuMemUnmap"),
