@@ -29,8 +29,10 @@
     O(cuStreamGetId) O(cuMemHostRegister_v2) O(cuMemHostUnregister)
 
 /* Entry points the preload layer replaces by a hook of the same name
- * (besides the two resolvers above, and cuMemCreate and cuMemRelease, which
- * count the device memory a program creates itself: preload/hooks_vmm.c):
+ * (besides the two resolvers above; cuMemCreate and cuMemRelease, which
+ * count the device memory a program creates itself: preload/hooks_vmm.c;
+ * and cuStreamDestroy_v2, whose handle a new stream may reuse:
+ * preload/hooks_stream.c):
  * always ... */
 #define GVM_DRIVER_SERVED(R, O)                                                \
     O(cuMemAlloc_v2) O(cuMemAllocPitch_v2) O(cuMemFree_v2) O(cuMemGetInfo_v2)  \

@@ -1163,6 +1163,60 @@ static int usemark_streams_workload(void)
     return 0;
 }
 
+/* One launch of k per buffer on stream s, in order: past the limit, each
+ * brings its buffer back and sends another away (lazily). */
+static void sweep_buffers(CUfunction k, CUdeviceptr *p, CUstream s)
+{
+    RES(cuLaunchKernel, "cuLaunchKernel", 4000, 0);
+    for (unsigned b = 0; b < GRAPH_BUFS; b++) {
+        void *params[] = {&p[b], &b};
+        CHECK_EQ(cuLaunchKernel_p(k, 1, 1, 1, 1, 1, 1, 0, s, params, NULL), CUDA_SUCCESS);
+    }
+}
+
+/* A stream destroyed with work queued: a new stream may get its handle,
+ * and the events a lazy swap waits for (one per region and stream handle)
+ * would stop covering the old stream's work. The next swaps wait for the
+ * devices instead (preload/hooks_stream.c). The sim matches work to
+ * streams by handle too, so it cannot show the lost wait itself; the case
+ * checks that the swaps after a destruction wait whole, and the ones
+ * before it do not. */
+static int destroyed_stream_workload(void)
+{
+    start();
+    void *(*make)(void (*)(void **), unsigned, const size_t *) = sim_fn("simcuda_function");
+    unsigned long (*calls_of)(const char *) = (unsigned long (*)(const char *))sim_fn("simcuda_calls_of");
+    size_t sizes[2] = {8, 4};
+    CUfunction k = (CUfunction)make(read_one, 2, sizes);
+    CUdeviceptr p[GRAPH_BUFS];
+    for (int i = 0; i < GRAPH_BUFS; i++) {
+        CHECK_EQ(D(cuMemAlloc_v2, &p[i], 8 * MiB), CUDA_SUCCESS);
+        CHECK_EQ(D(cuMemsetD32_v2, p[i], 0x6a000000u + (unsigned)i, 2 * MiB), CUDA_SUCCESS);
+    }
+    CUstream s, t;
+    CHECK_EQ(D(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    for (int round = 0; round < 2; round++) sweep_buffers(k, p, s);
+    CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
+    unsigned long unmaps = calls_of("cuMemUnmap"), syncs = calls_of("cuCtxSynchronize");
+    sweep_buffers(k, p, s);
+    unsigned long before = calls_of("cuCtxSynchronize") - syncs;
+    CHECK(calls_of("cuMemUnmap") > unmaps);   /* the sweep swapped */
+    CHECK_EQ(D(cuStreamDestroy_v2, s), CUDA_SUCCESS);
+    CHECK_EQ(D(cuStreamCreate, &t, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    syncs = calls_of("cuCtxSynchronize");
+    sweep_buffers(k, p, t);
+    unsigned long after = calls_of("cuCtxSynchronize") - syncs;
+    fprintf(stderr, "device waits in a sweep: %lu before the destruction, %lu after; bad reads %u\n", before,
+            after, graph_bad);
+    CHECK_EQ(before, 0ul);
+    CHECK(after > 0);
+    CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
+    CHECK_EQ(graph_bad, 0u);
+    CHECK_EQ(D(cuStreamDestroy_v2, t), CUDA_SUCCESS);
+    for (int i = 0; i < GRAPH_BUFS; i++) CHECK_EQ(D(cuMemFree_v2, p[i]), CUDA_SUCCESS);
+    return 0;
+}
+
 /* gpu-threads on the simulated driver: threads allocating (plain and
  * stream-ordered), filling by kernel, setting by memset, checking by
  * kernel and by copy, freeing, and handing buffers to each other, past a
@@ -1525,6 +1579,7 @@ static void graph_replays_beside_swaps_find_their_memory_mapped(void)
                           "GVM_PROMOTE_INTERVAL=3600s", "SIMCUDA_CPU_FAULTS=0", NULL};
     CHECK_EQ(run_self_envs("graph-threads", envs, NULL, 0), 0);
     CHECK_EQ(run_self_envs("usemark-streams", envs, NULL, 0), 0);
+    CHECK_EQ(run_self_envs("destroyed-stream", envs, NULL, 0), 0);
 }
 
 static void moves_wait_for_kernels_queued_on_other_streams(void)
@@ -2312,6 +2367,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "partial")) exit(partial_workload());
         if (!strcmp(argv[2], "graph-threads")) exit(graph_threads_workload());
         if (!strcmp(argv[2], "usemark-streams")) exit(usemark_streams_workload());
+        if (!strcmp(argv[2], "destroyed-stream")) exit(destroyed_stream_workload());
         if (!strcmp(argv[2], "swap-threads")) exit(swap_threads_workload());
         if (!strcmp(argv[2], "threads")) exit(threads_workload());
         if (!strcmp(argv[2], "one-device")) exit(one_device_workload());
