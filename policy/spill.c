@@ -28,17 +28,20 @@ static double ms_now(void)
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
+/* Spill target i of the user's list, where it has room for bytes, else
+ * GVM_LOC_NONE. */
+static int target_at(int i, int device, size_t bytes)
+{
+    if (gvm_policy_cfg()->spill.target[i] == GVM_SPILL_PEER) return gvm_policy_best_peer(device, bytes);
+    return gvm_topo.host_vmm && gvm_policy_fits(GVM_LOC_HOST, bytes) ? GVM_LOC_HOST : GVM_LOC_NONE;
+}
+
 /* The first spill target, in the user's order, with room for bytes. */
 static int pick_target(int device, size_t bytes)
 {
-    const struct gvm_spill_list *s = &gvm_policy_cfg()->spill;
-    for (int i = 0; i < s->n; i++) {
-        if (s->target[i] == GVM_SPILL_PEER) {
-            int peer = gvm_policy_best_peer(device, bytes);
-            if (peer >= 0) return peer;
-        } else if (gvm_topo.host_vmm && gvm_policy_fits(GVM_LOC_HOST, bytes)) {
-            return GVM_LOC_HOST;
-        }
+    for (int i = 0; i < gvm_policy_cfg()->spill.n; i++) {
+        int to = target_at(i, device, bytes);
+        if (to != GVM_LOC_NONE) return to;
     }
     return GVM_LOC_NONE;
 }
@@ -86,14 +89,22 @@ static CUresult evict_then_alloc(size_t size, int device, CUcontext ctx, int tag
     return rc;
 }
 
+/* On the first target of the user's list that takes it. A target that
+ * seemed to have room may have none by the time the memory is made
+ * (another thread's allocation or spill took it: test_preload "threads",
+ * peer then host, failed 1 run in 10 with the peer full), so the next one
+ * is tried. */
 static CUresult place_on_target(size_t size, int device, CUcontext ctx, int tag, uintptr_t *out)
 {
-    int to = pick_target(device, gvm_policy_charge(size));
-    if (to == GVM_LOC_NONE) return CUDA_ERROR_OUT_OF_MEMORY;
-    struct gvm_place pl = {.loc = to, .spill = true};
-    gvm_recur_start();
-    CUresult rc = gvm_heap_alloc(size, device, ctx, &pl, tag, out);
-    if (rc == CUDA_SUCCESS) gvm_debug("spill: placed %zu bytes for device %d at %d", size, device, to);
+    CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
+    for (int i = 0; i < gvm_policy_cfg()->spill.n && rc == CUDA_ERROR_OUT_OF_MEMORY; i++) {
+        int to = target_at(i, device, gvm_policy_charge(size));
+        if (to == GVM_LOC_NONE) continue;
+        struct gvm_place pl = {.loc = to, .spill = true};
+        gvm_recur_start();
+        rc = gvm_heap_alloc(size, device, ctx, &pl, tag, out);
+        if (rc == CUDA_SUCCESS) gvm_debug("spill: placed %zu bytes for device %d at %d", size, device, to);
+    }
     return rc;
 }
 
