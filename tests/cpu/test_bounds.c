@@ -10,9 +10,8 @@
  * (cuMemAllocAsync from a pool the program made current stays with the
  * driver), and the answers must agree. */
 #define _GNU_SOURCE
-#include "core/cuda_api.h"
 #include "gvmshim.h"
-#include "harness.h"
+#include "linked.h"
 #include "simcuda.h"
 
 #include <dlfcn.h>
@@ -20,19 +19,6 @@
 
 /* gvmshim's API, from the preloaded library. */
 #define GVM(fn) ((__typeof__(&fn))dlsym(RTLD_DEFAULT, #fn))
-
-#define MiB ((size_t)1 << 20)
-
-static CUcontext ctx;
-
-static void start(void)
-{
-    CUdevice dev;
-    CHECK_EQ(cuInit(0), CUDA_SUCCESS);
-    CHECK_EQ(cuDeviceGet(&dev, 0), CUDA_SUCCESS);
-    CHECK_EQ(cuDevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
-    CHECK_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
-}
 
 static CUdeviceptr shim_alloc(size_t n)
 {

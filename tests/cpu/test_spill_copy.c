@@ -8,9 +8,8 @@
  * answer a bad span as natively, and never let a move unmap memory that
  * queued work still reaches (SIMCUDA_KERNELS_IN_FLIGHT=fatal). */
 #define _GNU_SOURCE
-#include "core/cuda_api.h"
 #include "gvmshim.h"
-#include "harness.h"
+#include "linked.h"
 #include "simcuda.h"
 
 #include <dlfcn.h>
@@ -18,20 +17,8 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#define MiB ((size_t)1 << 20)
 #define LIMIT (64 * MiB)   /* GVM_DEVICE_LIMIT of the test's env */
 #define BUF (8 * MiB)      /* several blocks (GVM_BLOCK_SIZE=2M) */
-
-static CUcontext ctx;
-
-static void start(void)
-{
-    CUdevice dev;
-    CHECK_EQ(cuInit(0), CUDA_SUCCESS);
-    CHECK_EQ(cuDeviceGet(&dev, 0), CUDA_SUCCESS);
-    CHECK_EQ(cuDevicePrimaryCtxRetain(&ctx, dev), CUDA_SUCCESS);
-    CHECK_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
-}
 
 static bool lazy(void)
 {
