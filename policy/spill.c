@@ -97,8 +97,9 @@ static CUresult evict_then_alloc(size_t size, int device, CUcontext ctx, int tag
 static CUresult place_on_target(size_t size, int device, CUcontext ctx, int tag, uintptr_t *out)
 {
     CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;
+    size_t need = gvm_policy_charge(size);
     for (int i = 0; i < gvm_policy_cfg()->spill.n && rc == CUDA_ERROR_OUT_OF_MEMORY; i++) {
-        int to = target_at(i, device, gvm_policy_charge(size));
+        int to = target_at(i, device, need);
         if (to == GVM_LOC_NONE) continue;
         struct gvm_place pl = {.loc = to, .spill = true};
         gvm_recur_start();

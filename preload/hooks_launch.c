@@ -78,8 +78,9 @@ static const struct layout *layout_of(void *fn)
 struct used {
     struct gvm_region *r[MAX_USED];
     int n;
-    bool partial;         /* the launch may reach regions not found: arguments not all scanned */
-    bool gated;           /* it holds the move gate (partial: no move may run under it) */
+    /* The launch may reach regions not found (arguments not all scanned):
+     * from scan to release it holds the move gate, everything mapped. */
+    bool partial;
     int words;            /* argument words looked at */
     /* From the 9th word on: address-map pages (2 MiB; page + 1, 0: empty)
      * looked up for this launch, direct-mapped. A struct of pointers
@@ -150,15 +151,11 @@ static void map_all_and_close(void)
 static void scan(struct used *u, void *fn, void **params, void **extra)
 {
     collect(u, fn, params, extra);
-    u->gated = false;
     if (u->n) gvm_policy_before_launch(u->r, u->n);
-    if (u->partial) {
-        map_all_and_close();   /* its reach is not known whole */
-        u->gated = true;
-    }
+    if (u->partial) map_all_and_close();   /* its reach is not known whole */
     if (!u->n) return;
-    gvm_use_regions(u->r, u->n);   /* under the gate no region moves: no wait */
-    if (u->gated || !__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED)) return;
+    gvm_use_regions(u->r, u->n);
+    if (u->partial || !__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED)) return;
     for (int i = 0; i < u->n; i++) {
         uint64_t tick = 0;
         if (GVM_LOAD(u->r[i]->shelf_spill)) u->r[i] = gvm_policy_use_mapped(u->r[i], &tick);
@@ -223,7 +220,7 @@ static void release(struct used *u, CUresult rc, CUstream s, bool per_thread)
 {
     if (gvm_usemark_on()) note_uses(u, rc, s, per_thread);
     for (int i = 0; i < u->n; i++) gvm_use_end(u->r[i]);
-    if (u->gated) gvm_move_gate_leave();   /* after the stamp: a move begun now waits for the launch */
+    if (u->partial) gvm_move_gate_leave();   /* after the stamp: a move begun now waits for the launch */
     if (u->n) gvm_prefetch_after(u->r, u->n);   /* queued: the next swap may start beside it */
 }
 
