@@ -1029,6 +1029,21 @@ static void read_all(void **params)
     }
 }
 
+/* The four buffers of 8 MiB, every word of buffer i 0x6a000000 + i (what
+ * read_all and read_one check). */
+static void graph_bufs_alloc(CUdeviceptr *p)
+{
+    for (int i = 0; i < GRAPH_BUFS; i++) {
+        CHECK_EQ(D(cuMemAlloc_v2, &p[i], 8 * MiB), CUDA_SUCCESS);
+        CHECK_EQ(D(cuMemsetD32_v2, p[i], 0x6a000000u + (unsigned)i, 2 * MiB), CUDA_SUCCESS);
+    }
+}
+
+static void graph_bufs_free(CUdeviceptr *p)
+{
+    for (int i = 0; i < GRAPH_BUFS; i++) CHECK_EQ(D(cuMemFree_v2, p[i]), CUDA_SUCCESS);
+}
+
 static void read_one(void **params)
 {
     CUdeviceptr p = *(CUdeviceptr *)params[0];
@@ -1071,10 +1086,7 @@ static int graph_threads_workload(void)
     CUfunction one = (CUfunction)make(read_one, 2, one_sizes);
     RES(cuLaunchKernel, "cuLaunchKernel", 4000, 0);
     CUdeviceptr p[GRAPH_BUFS];
-    for (int i = 0; i < GRAPH_BUFS; i++) {
-        CHECK_EQ(D(cuMemAlloc_v2, &p[i], 8 * MiB), CUDA_SUCCESS);
-        CHECK_EQ(D(cuMemsetD32_v2, p[i], 0x6a000000u + (unsigned)i, 2 * MiB), CUDA_SUCCESS);
-    }
+    graph_bufs_alloc(p);
     CUstream s;
     CHECK_EQ(D(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
     CHECK_EQ(D(cuStreamBeginCapture_v2, s, CU_STREAM_CAPTURE_MODE_RELAXED), CUDA_SUCCESS);
@@ -1103,7 +1115,7 @@ static int graph_threads_workload(void)
     CHECK_EQ(D(cuGraphExecDestroy, ge), CUDA_SUCCESS);
     CHECK_EQ(D(cuGraphDestroy, g), CUDA_SUCCESS);
     CHECK_EQ(D(cuStreamDestroy_v2, s), CUDA_SUCCESS);
-    for (int i = 0; i < GRAPH_BUFS; i++) CHECK_EQ(D(cuMemFree_v2, p[i]), CUDA_SUCCESS);
+    graph_bufs_free(p);
     return 0;
 }
 
@@ -1127,10 +1139,7 @@ static int usemark_streams_workload(void)
     RES(cuLaunchKernelEx, "cuLaunchKernelEx", 11060, 0);
     RES(cuLaunchCooperativeKernel, "cuLaunchCooperativeKernel", 9000, 0);
     CUdeviceptr p[GRAPH_BUFS];
-    for (int i = 0; i < GRAPH_BUFS; i++) {
-        CHECK_EQ(D(cuMemAlloc_v2, &p[i], 8 * MiB), CUDA_SUCCESS);
-        CHECK_EQ(D(cuMemsetD32_v2, p[i], 0x6a000000u + (unsigned)i, 2 * MiB), CUDA_SUCCESS);
-    }
+    graph_bufs_alloc(p);
     CUstream blocking, nonblocking;
     CHECK_EQ(D(cuStreamCreate, &blocking, 0), CUDA_SUCCESS);
     CHECK_EQ(D(cuStreamCreate, &nonblocking, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
@@ -1159,7 +1168,7 @@ static int usemark_streams_workload(void)
     CHECK_EQ(in_flight(), 0ul);
     CHECK_EQ(D(cuStreamDestroy_v2, blocking), CUDA_SUCCESS);
     CHECK_EQ(D(cuStreamDestroy_v2, nonblocking), CUDA_SUCCESS);
-    for (int i = 0; i < GRAPH_BUFS; i++) CHECK_EQ(D(cuMemFree_v2, p[i]), CUDA_SUCCESS);
+    graph_bufs_free(p);
     return 0;
 }
 
@@ -1189,10 +1198,7 @@ static int destroyed_stream_workload(void)
     size_t sizes[2] = {8, 4};
     CUfunction k = (CUfunction)make(read_one, 2, sizes);
     CUdeviceptr p[GRAPH_BUFS];
-    for (int i = 0; i < GRAPH_BUFS; i++) {
-        CHECK_EQ(D(cuMemAlloc_v2, &p[i], 8 * MiB), CUDA_SUCCESS);
-        CHECK_EQ(D(cuMemsetD32_v2, p[i], 0x6a000000u + (unsigned)i, 2 * MiB), CUDA_SUCCESS);
-    }
+    graph_bufs_alloc(p);
     CUstream s, t;
     CHECK_EQ(D(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
     for (int round = 0; round < 2; round++) sweep_buffers(k, p, s);
@@ -1213,7 +1219,7 @@ static int destroyed_stream_workload(void)
     CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
     CHECK_EQ(graph_bad, 0u);
     CHECK_EQ(D(cuStreamDestroy_v2, t), CUDA_SUCCESS);
-    for (int i = 0; i < GRAPH_BUFS; i++) CHECK_EQ(D(cuMemFree_v2, p[i]), CUDA_SUCCESS);
+    graph_bufs_free(p);
     return 0;
 }
 
