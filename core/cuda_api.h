@@ -35,6 +35,39 @@ CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
 #undef cuCtxDestroy
 CUresult CUDAAPI cuCtxDestroy(CUcontext ctx);
 
+/* cuda.h renames cuCtxCreate to _v4 (CUDA 12.5); libcuda still exports
+ * the three-argument unsuffixed and _v2 symbols and the affinity _v3. */
+#undef cuCtxCreate
+CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
+CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *paramsArray, int numParams,
+                                unsigned int flags, CUdevice dev);
+
+/* Stream memory operations: cuda.h renames them to _v2 (CUDA 11.7); the
+ * unsuffixed symbols and their per-thread twins, same ABI, remain for
+ * older runtimes. */
+#undef cuStreamWriteValue32
+#undef cuStreamWaitValue32
+#undef cuStreamWriteValue64
+#undef cuStreamWaitValue64
+#undef cuStreamBatchMemOp
+CUresult CUDAAPI cuStreamWriteValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWaitValue32(CUstream stream, CUdeviceptr addr, cuuint32_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWriteValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamWaitValue64(CUstream stream, CUdeviceptr addr, cuuint64_t value, unsigned int flags);
+CUresult CUDAAPI cuStreamBatchMemOp(CUstream stream, unsigned int count, CUstreamBatchMemOpParams *paramArray,
+                                    unsigned int flags);
+
+/* The CUDA 12.8 batch copies, which report the failing copy in *failIdx;
+ * cuda.h renames both to the CUDA 13 _v2 without it. */
+#undef cuMemcpyBatchAsync
+#undef cuMemcpy3DBatchAsync
+CUresult CUDAAPI cuMemcpyBatchAsync(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                                    CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs,
+                                    size_t *failIdx, CUstream hStream);
+CUresult CUDAAPI cuMemcpy3DBatchAsync(size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx,
+                                      unsigned long long flags, CUstream hStream);
+
 /* The per-thread default-stream variants have the base ABI. */
 #define GVM_PT_VARIANTS(X)                                                     \
     X(cuMemcpy, _ptds) X(cuMemcpyAsync, _ptsz) X(cuMemcpyPeer, _ptds)          \
@@ -46,7 +79,13 @@ CUresult CUDAAPI cuCtxDestroy(CUcontext ctx);
     X(cuMemcpy2DUnaligned_v2, _ptds) X(cuMemcpy2DAsync_v2, _ptsz)              \
     X(cuMemcpy3D_v2, _ptds) X(cuMemcpy3DAsync_v2, _ptsz)                       \
     X(cuMemcpy3DPeer, _ptds) X(cuMemcpy3DPeerAsync, _ptsz)                     \
-    X(cuMemcpyBatchAsync_v2, _ptsz)                                            \
+    X(cuMemcpyBatchAsync_v2, _ptsz) X(cuMemcpyBatchAsync, _ptsz)               \
+    X(cuMemcpy3DBatchAsync_v2, _ptsz) X(cuMemcpy3DBatchAsync, _ptsz)           \
+    X(cuStreamWriteValue32, _ptsz) X(cuStreamWaitValue32, _ptsz)               \
+    X(cuStreamWriteValue64, _ptsz) X(cuStreamWaitValue64, _ptsz)               \
+    X(cuStreamBatchMemOp, _ptsz) X(cuStreamWriteValue32_v2, _ptsz)             \
+    X(cuStreamWaitValue32_v2, _ptsz) X(cuStreamWriteValue64_v2, _ptsz)         \
+    X(cuStreamWaitValue64_v2, _ptsz) X(cuStreamBatchMemOp_v2, _ptsz)           \
     X(cuMemsetD8_v2, _ptds) X(cuMemsetD16_v2, _ptds) X(cuMemsetD32_v2, _ptds)  \
     X(cuMemsetD2D8_v2, _ptds) X(cuMemsetD2D16_v2, _ptds)                       \
     X(cuMemsetD2D32_v2, _ptds) X(cuMemsetD8Async, _ptsz)                       \

@@ -58,7 +58,10 @@
     O(cuMemcpy3D_v2_ptds) O(cuMemcpy3DAsync_v2) O(cuMemcpy3DAsync_v2_ptsz)     \
     O(cuMemcpy3DPeer) O(cuMemcpy3DPeer_ptds) O(cuMemcpy3DPeerAsync)            \
     O(cuMemcpy3DPeerAsync_ptsz) O(cuMemcpyBatchAsync_v2)                       \
-    O(cuMemcpyBatchAsync_v2_ptsz)                                              \
+    O(cuMemcpyBatchAsync_v2_ptsz) O(cuMemcpyBatchAsync)                        \
+    O(cuMemcpyBatchAsync_ptsz) O(cuMemcpy3DBatchAsync_v2)                      \
+    O(cuMemcpy3DBatchAsync_v2_ptsz) O(cuMemcpy3DBatchAsync)                    \
+    O(cuMemcpy3DBatchAsync_ptsz)                                               \
     O(cuMemsetD8_v2) O(cuMemsetD8_v2_ptds) O(cuMemsetD16_v2)                   \
     O(cuMemsetD16_v2_ptds) O(cuMemsetD32_v2) O(cuMemsetD32_v2_ptds)            \
     O(cuMemsetD2D8_v2) O(cuMemsetD2D8_v2_ptds) O(cuMemsetD2D16_v2)             \
@@ -68,7 +71,22 @@
     O(cuMemsetD2D8Async) O(cuMemsetD2D8Async_ptsz) O(cuMemsetD2D16Async)       \
     O(cuMemsetD2D16Async_ptsz) O(cuMemsetD2D32Async)                           \
     O(cuMemsetD2D32Async_ptsz)                                                 \
-    GVM_DRIVER_SERVED_IPC(R, O)
+    GVM_DRIVER_SERVED_MEMOPS(R, O) GVM_DRIVER_SERVED_IPC(R, O)                 \
+    O(cuCtxCreate) O(cuCtxCreate_v2) O(cuCtxCreate_v3) O(cuCtxCreate_v4)
+
+/* Stream memory operations (preload/hooks_memop.c): each reaches 4 or 8
+ * bytes of device memory, like a tiny copy. */
+#define GVM_DRIVER_SERVED_MEMOPS(R, O)                                         \
+    O(cuStreamWriteValue32) O(cuStreamWriteValue32_ptsz)                       \
+    O(cuStreamWaitValue32) O(cuStreamWaitValue32_ptsz)                         \
+    O(cuStreamWriteValue64) O(cuStreamWriteValue64_ptsz)                       \
+    O(cuStreamWaitValue64) O(cuStreamWaitValue64_ptsz)                         \
+    O(cuStreamBatchMemOp) O(cuStreamBatchMemOp_ptsz)                           \
+    O(cuStreamWriteValue32_v2) O(cuStreamWriteValue32_v2_ptsz)                 \
+    O(cuStreamWaitValue32_v2) O(cuStreamWaitValue32_v2_ptsz)                   \
+    O(cuStreamWriteValue64_v2) O(cuStreamWriteValue64_v2_ptsz)                 \
+    O(cuStreamWaitValue64_v2) O(cuStreamWaitValue64_v2_ptsz)                   \
+    O(cuStreamBatchMemOp_v2) O(cuStreamBatchMemOp_v2_ptsz)
 
 /* Legacy CUDA IPC on gvmshim memory (preload/hooks_ipc.c): the memory
  * handle calls. cuIpcOpenMemHandle is the legacy symbol of the _v2 ABI;

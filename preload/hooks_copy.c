@@ -12,8 +12,6 @@
  * bound comes from the lookup the announcement needs anyway. */
 #include "preload/shim.h"
 
-#include <stdlib.h>
-
 /* The current context's device, remembered per thread for the context it
  * was asked for. */
 static __thread CUcontext known_ctx;
@@ -53,14 +51,6 @@ static inline void count_pass(struct gvm_region *a, struct gvm_region *b)
     if (!a && !b) gvm_stat_local_inc(passthrough_calls);
 }
 
-/* The end of a copy or memset on r: its completion is not recorded
- * (core/usemark.h), so a lazy swap of r waits for the devices. */
-static inline void used_end(struct gvm_region *r)
-{
-    gvm_usemark_unknown(r);
-    gvm_use_end(r);
-}
-
 /* Bytes a call touches when a product or sum of its extents wraps: no
  * allocation is that large, so it fails the bound. */
 #define HUGE_SPAN SIZE_MAX
@@ -80,8 +70,8 @@ static inline void used_end(struct gvm_region *r)
             rc_ = GVM_REAL(fn) args;                                           \
             if (granted_on_refusal(rc_, a_, b_)) rc_ = GVM_REAL(fn) args; \
         }                                                                      \
-        used_end(a_);                                                         \
-        used_end(b_);                                                         \
+        gvm_shim_used_end(a_);                                                         \
+        gvm_shim_used_end(b_);                                                         \
         return rc_;                                                            \
     }
 
@@ -201,8 +191,8 @@ static struct gvm_region *use_side(const struct side *s, size_t w, size_t h, siz
             rc_ = GVM_REAL(fn) args;                                           \
             if (granted_on_refusal(rc_, a_, b_)) rc_ = GVM_REAL(fn) args; \
         }                                                                      \
-        used_end(a_);                                                         \
-        used_end(b_);                                                         \
+        gvm_shim_used_end(a_);                                                         \
+        gvm_shim_used_end(b_);                                                         \
         return rc_;                                                            \
     }
 
@@ -219,49 +209,53 @@ DESC_SZ(cuMemcpy3DPeerAsync, (const CUDA_MEMCPY3D_PEER *p, CUstream s), (p, s), 
 
 /* ---- batches ---------------------------------------------------------- */
 
-#define BATCH_STACK 32
+/* More copies than arrays of pointers can describe. */
+#define BATCH_MAX (SIZE_MAX / (2 * sizeof(void *)))
 
-static void end_all(struct gvm_region **used, size_t n)
+/* Whether a refused batch may have been refused for want of a grant: the
+ * grants are made, and the batch is made again. */
+static bool batch_granted(CUresult rc, const struct gvm_shim_uses *u)
 {
-    for (size_t i = 0; i < n; i++) used_end(used[i]);
+    bool again = false;
+    for (size_t i = 0; i < u->n; i++) again |= granted_on_refusal(rc, u->r[i], NULL);
+    return again;
 }
 
-/* Every entry is checked before the driver copies any: a batch with one
- * entry past the end copies nothing, as natively. */
-static CUresult batch(enum gvm_driver_fn fn, __typeof__(cuMemcpyBatchAsync_v2) *real, CUdeviceptr *dsts,
-                      CUdeviceptr *srcs, size_t *sizes, size_t count, CUmemcpyAttributes *attrs,
-                      size_t *idxs, size_t nattrs, CUstream s)
+/* The first entry whose span was refused (the one announced last), for a
+ * batch that reports it in *failIdx; `per`: announcements per entry. */
+static void report_fail(size_t *fail_idx, const struct gvm_shim_uses *u, size_t per)
+{
+    if (fail_idx && u->bad) *fail_idx = (u->n - 1) / per;
+}
+
+/* The CUDA 13 batch copy (_v2; real is one) and CUDA 12.8's (v1: real
+ * takes failIdx, where a copy gvmshim refuses is named too). */
+static CUresult batch(enum gvm_driver_fn fn, void *real, bool v1, CUdeviceptr *dsts, CUdeviceptr *srcs,
+                      size_t *sizes, size_t count, CUmemcpyAttributes *attrs, size_t *idxs, size_t nattrs,
+                      size_t *fail_idx, CUstream s)
 {
     gvm_hook_count(fn);
-    struct gvm_region *stack[2 * BATCH_STACK];
-    struct gvm_region **used = stack;
-    size_t n = 0;
-    bool bad = false;
-    uint64_t tick = 0;
-    if (gvm_shim_active() && dsts && srcs && sizes) {
-        /* Arrays of that many pointers cannot exist. */
-        if (count > SIZE_MAX / (2 * sizeof *used)) return CUDA_ERROR_INVALID_VALUE;
-        if (count > BATCH_STACK) used = malloc(2 * count * sizeof *used);
-        if (!used) return CUDA_ERROR_OUT_OF_MEMORY;
-        for (size_t i = 0; i < count && !bad; i++) {
-            used[n] = gvm_shim_use_span(dsts[i], sizes[i], &bad, &tick, NULL);
-            n++;
-            used[n] = gvm_shim_use_span(srcs[i], sizes[i], &bad, &tick, used[n - 1]);
-            n++;
-        }
+    struct gvm_shim_uses u;
+    bool look = gvm_shim_active() && dsts && srcs && sizes;
+    if (!real) return CUDA_ERROR_NOT_SUPPORTED;
+    if (look && count > BATCH_MAX) return CUDA_ERROR_INVALID_VALUE;
+    if (!gvm_shim_uses_open(&u, look ? 2 * count : 0)) return CUDA_ERROR_OUT_OF_MEMORY;
+    for (size_t i = 0; look && i < count && !u.bad; i++) {
+        gvm_shim_uses_add(&u, dsts[i], sizes[i], false);
+        gvm_shim_uses_add(&u, srcs[i], sizes[i], true);
     }
     CUresult rc = CUDA_ERROR_INVALID_VALUE;
-    if (!bad) {
-        bool ours = false;
-        for (size_t i = 0; i < n; i++) ours |= used[i] != NULL;
-        if (!ours) gvm_stat_local_inc(passthrough_calls);
-        rc = real(dsts, srcs, sizes, count, attrs, idxs, nattrs, s);
-        bool again = false;
-        for (size_t i = 0; i < n; i++) again |= granted_on_refusal(rc, used[i], NULL);
-        if (again) rc = real(dsts, srcs, sizes, count, attrs, idxs, nattrs, s);
+    report_fail(fail_idx, &u, 2);
+    for (int round = 0; !u.bad && round < 2; round++) {
+        if (!round && !gvm_shim_uses_ours(&u)) gvm_stat_local_inc(passthrough_calls);
+        if (v1)
+            rc = ((__typeof__(cuMemcpyBatchAsync) *)real)(dsts, srcs, sizes, count, attrs, idxs, nattrs, fail_idx,
+                                                           s);
+        else
+            rc = ((__typeof__(cuMemcpyBatchAsync_v2) *)real)(dsts, srcs, sizes, count, attrs, idxs, nattrs, s);
+        if (round || !batch_granted(rc, &u)) break;
     }
-    end_all(used, n);
-    if (used != stack) free(used);
+    gvm_shim_uses_close(&u);
     return rc;
 }
 
@@ -269,15 +263,110 @@ GVM_EXPORT CUresult CUDAAPI cuMemcpyBatchAsync_v2(CUdeviceptr *d, CUdeviceptr *s
                                                   CUmemcpyAttributes *a, size_t *i, size_t n,
                                                   CUstream st)
 {
-    return batch(GVM_FN_cuMemcpyBatchAsync_v2, GVM_REAL(cuMemcpyBatchAsync_v2), d, s, z, c, a, i, n, st);
+    return batch(GVM_FN_cuMemcpyBatchAsync_v2, (void *)GVM_REAL(cuMemcpyBatchAsync_v2), false, d, s, z, c, a, i,
+                 n, NULL, st);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *d, CUdeviceptr *s, size_t *z,
                                                        size_t c, CUmemcpyAttributes *a, size_t *i,
                                                        size_t n, CUstream st)
 {
-    return batch(GVM_FN_cuMemcpyBatchAsync_v2_ptsz, GVM_REAL(cuMemcpyBatchAsync_v2_ptsz), d, s, z, c, a, i,
-                 n, st);
+    return batch(GVM_FN_cuMemcpyBatchAsync_v2_ptsz, (void *)GVM_REAL(cuMemcpyBatchAsync_v2_ptsz), false,
+                 d, s, z, c, a, i, n, NULL, st);
+}
+
+GVM_EXPORT CUresult CUDAAPI cuMemcpyBatchAsync(CUdeviceptr *d, CUdeviceptr *s, size_t *z, size_t c,
+                                               CUmemcpyAttributes *a, size_t *i, size_t n, size_t *f,
+                                               CUstream st)
+{
+    return batch(GVM_FN_cuMemcpyBatchAsync, (void *)GVM_REAL(cuMemcpyBatchAsync), true, d, s, z, c, a, i, n, f,
+                 st);
+}
+
+GVM_EXPORT CUresult CUDAAPI cuMemcpyBatchAsync_ptsz(CUdeviceptr *d, CUdeviceptr *s, size_t *z, size_t c,
+                                                    CUmemcpyAttributes *a, size_t *i, size_t n, size_t *f,
+                                                    CUstream st)
+{
+    return batch(GVM_FN_cuMemcpyBatchAsync_ptsz, (void *)GVM_REAL(cuMemcpyBatchAsync_ptsz), true, d, s, z, c, a,
+                 i, n, f, st);
+}
+
+/* ---- 3D batches --------------------------------------------------------- */
+
+/* Bytes from a pointer operand's base to one past the last byte a copy of
+ * `e` touches. Elements are bytes between two pointers; beside a CUDA
+ * array they are the array's elements (up to 16 bytes), which gvmshim
+ * does not look up: counting them as bytes gives a span no longer than the
+ * true one, so a copy is never refused that natively runs, and one past
+ * the end by less than the element's size is left to the driver. */
+static size_t operand_extent(const CUmemcpy3DOperand *o, const CUextent3D *e)
+{
+    if (!e->width || !e->height || !e->depth) return 0;
+    size_t row = o->op.ptr.rowLength ? o->op.ptr.rowLength : e->width;
+    size_t layer = o->op.ptr.layerHeight ? o->op.ptr.layerHeight : e->height;
+    return mul_add(mul_add(e->depth - 1, layer, e->height - 1), row, e->width);
+}
+
+static void use_operand(struct gvm_shim_uses *u, const CUmemcpy3DOperand *o, const CUextent3D *e, bool pair)
+{
+    if (o->type == CU_MEMCPY_OPERAND_TYPE_POINTER)
+        gvm_shim_uses_add(u, o->op.ptr.ptr, operand_extent(o, e), pair);
+    else
+        gvm_shim_uses_add(u, 0, 0, pair);   /* an array: not gvmshim's */
+}
+
+static CUresult batch_3d(enum gvm_driver_fn fn, void *real, bool v1, size_t nops, CUDA_MEMCPY3D_BATCH_OP *ops,
+                         size_t *fail_idx, unsigned long long flags, CUstream s)
+{
+    gvm_hook_count(fn);
+    struct gvm_shim_uses u;
+    bool look = gvm_shim_active() && ops;
+    if (!real) return CUDA_ERROR_NOT_SUPPORTED;
+    if (look && nops > BATCH_MAX) return CUDA_ERROR_INVALID_VALUE;
+    if (!gvm_shim_uses_open(&u, look ? 2 * nops : 0)) return CUDA_ERROR_OUT_OF_MEMORY;
+    for (size_t i = 0; look && i < nops && !u.bad; i++) {
+        use_operand(&u, &ops[i].dst, &ops[i].extent, false);
+        use_operand(&u, &ops[i].src, &ops[i].extent, true);
+    }
+    CUresult rc = CUDA_ERROR_INVALID_VALUE;
+    report_fail(fail_idx, &u, 2);
+    for (int round = 0; !u.bad && round < 2; round++) {
+        if (!round && !gvm_shim_uses_ours(&u)) gvm_stat_local_inc(passthrough_calls);
+        if (v1)
+            rc = ((__typeof__(cuMemcpy3DBatchAsync) *)real)(nops, ops, fail_idx, flags, s);
+        else
+            rc = ((__typeof__(cuMemcpy3DBatchAsync_v2) *)real)(nops, ops, flags, s);
+        if (round || !batch_granted(rc, &u)) break;
+    }
+    gvm_shim_uses_close(&u);
+    return rc;
+}
+
+GVM_EXPORT CUresult CUDAAPI cuMemcpy3DBatchAsync_v2(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, unsigned long long fl,
+                                                    CUstream s)
+{
+    return batch_3d(GVM_FN_cuMemcpy3DBatchAsync_v2, (void *)GVM_REAL(cuMemcpy3DBatchAsync_v2), false, n, ops,
+                    NULL, fl, s);
+}
+
+GVM_EXPORT CUresult CUDAAPI cuMemcpy3DBatchAsync_v2_ptsz(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops,
+                                                         unsigned long long fl, CUstream s)
+{
+    return batch_3d(GVM_FN_cuMemcpy3DBatchAsync_v2_ptsz, (void *)GVM_REAL(cuMemcpy3DBatchAsync_v2_ptsz), false,
+                    n, ops, NULL, fl, s);
+}
+
+GVM_EXPORT CUresult CUDAAPI cuMemcpy3DBatchAsync(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *f,
+                                                 unsigned long long fl, CUstream s)
+{
+    return batch_3d(GVM_FN_cuMemcpy3DBatchAsync, (void *)GVM_REAL(cuMemcpy3DBatchAsync), true, n, ops, f, fl, s);
+}
+
+GVM_EXPORT CUresult CUDAAPI cuMemcpy3DBatchAsync_ptsz(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *f,
+                                                      unsigned long long fl, CUstream s)
+{
+    return batch_3d(GVM_FN_cuMemcpy3DBatchAsync_ptsz, (void *)GVM_REAL(cuMemcpy3DBatchAsync_ptsz), true, n, ops,
+                    f, fl, s);
 }
 
 /* ---- sets --------------------------------------------------------------- */
@@ -301,7 +390,7 @@ static inline size_t set_span(size_t pitch, size_t w, size_t elem, size_t h)
         count_pass(a_, NULL);                                                  \
         CUresult rc_ = GVM_REAL(fn) args;                                      \
         if (granted_on_refusal(rc_, a_, NULL)) rc_ = GVM_REAL(fn) args; \
-        used_end(a_);                                                         \
+        gvm_shim_used_end(a_);                                                         \
         return rc_;                                                            \
     }
 #define SET_DS(fn, sig, args, span) SET_HOOK(fn, sig, args, span) SET_HOOK(fn##_ptds, sig, args, span)

@@ -11,6 +11,7 @@
 #include "core/move.h"
 #include "core/stats.h"
 #include "core/topo.h"
+#include "core/usemark.h"
 #include "policy/spill.h"
 
 #include <stdbool.h>
@@ -90,6 +91,34 @@ static inline struct gvm_region *gvm_shim_use_span(uintptr_t p, size_t n, bool *
     gvm_use_region_in(r, tick);
     return gvm_policy_unmapped(r) ? gvm_policy_use_mapped(r, tick) : r;
 }
+
+/* The end of a call's use of r (announced; NULL: nothing): a copy's,
+ * set's or memory operation's completion is not recorded
+ * (core/usemark.h), so a lazy swap of r waits for the devices. */
+static inline void gvm_shim_used_end(struct gvm_region *r)
+{
+    gvm_usemark_unknown(r);
+    gvm_use_end(r);
+}
+
+/* The regions one call of many pointers (a batch) announced, ended
+ * together after it (preload/uses.c). */
+#define GVM_SHIM_USES_STACK 64
+struct gvm_shim_uses {
+    struct gvm_region **r;
+    size_t n;
+    uint64_t tick;   /* the call's use clock */
+    bool bad;        /* a span left its allocation: the call must fail */
+    struct gvm_region *stack[GVM_SHIM_USES_STACK];
+};
+/* Room for `want` announcements; false when there is none to be had. */
+bool gvm_shim_uses_open(struct gvm_shim_uses *u, size_t want);
+/* Announces [p, p+n) as gvm_shim_use_span does; `pair`: the previous
+ * announcement is the other side of the same copy. */
+void gvm_shim_uses_add(struct gvm_shim_uses *u, uintptr_t p, size_t n, bool pair);
+/* Whether any announcement was gvmshim's (else the call passes through). */
+bool gvm_shim_uses_ours(const struct gvm_shim_uses *u);
+void gvm_shim_uses_close(struct gvm_shim_uses *u);
 
 /* Whether the program enabled peer access from context `from` to `to`
  * (preload/hooks_peer.c); gvm_shim_peer_unknown: more pairs than recorded. */

@@ -84,14 +84,16 @@ static void expect(CUdeviceptr p, size_t n, size_t from, unsigned seed, const ch
 /* ---- every copy variant ---- */
 
 enum { V_MEMCPY, V_MEMCPY_PTDS, V_ASYNC, V_ASYNC_PTSZ, V_DTOD, V_DTOD_ASYNC, V_PEER, V_PEER_ASYNC, V_2D, V_2D_UNALIGNED,
-       V_2D_ASYNC, V_3D, V_3D_ASYNC, V_3D_PEER, V_3D_PEER_ASYNC, V_BATCH, V_DTOH, V_DTOH_ASYNC, V_HTOD, V_HTOD_ASYNC,
-       NVARIANTS };
+       V_2D_ASYNC, V_3D, V_3D_ASYNC, V_3D_PEER, V_3D_PEER_ASYNC, V_BATCH, V_BATCH_V1, V_BATCH_V1_PTSZ, V_3D_BATCH,
+       V_3D_BATCH_PTSZ, V_3D_BATCH_V1, V_DTOH, V_DTOH_ASYNC, V_HTOD, V_HTOD_ASYNC, NVARIANTS };
 
 static const char *const variant_name[NVARIANTS] = {
     "cuMemcpy",      "cuMemcpy_ptds",     "cuMemcpyAsync", "cuMemcpyAsync_ptsz", "cuMemcpyDtoD",
     "cuMemcpyDtoDAsync", "cuMemcpyPeer",  "cuMemcpyPeerAsync", "cuMemcpy2D",   "cuMemcpy2DUnaligned",
     "cuMemcpy2DAsync", "cuMemcpy3D",      "cuMemcpy3DAsync", "cuMemcpy3DPeer",  "cuMemcpy3DPeerAsync",
-    "cuMemcpyBatchAsync_v2", "cuMemcpyDtoH", "cuMemcpyDtoHAsync", "cuMemcpyHtoD", "cuMemcpyHtoDAsync"};
+    "cuMemcpyBatchAsync_v2", "cuMemcpyBatchAsync", "cuMemcpyBatchAsync_ptsz", "cuMemcpy3DBatchAsync_v2",
+    "cuMemcpy3DBatchAsync_v2_ptsz", "cuMemcpy3DBatchAsync", "cuMemcpyDtoH", "cuMemcpyDtoHAsync", "cuMemcpyHtoD",
+    "cuMemcpyHtoDAsync"};
 
 static bool device_to_device(int v) { return v < V_DTOH; }
 
@@ -129,6 +131,24 @@ static CUDA_MEMCPY2D desc_2d(CUdeviceptr dst, CUdeviceptr src, size_t n)
         (m).Depth = 2;                                                         \
     } while (0)
 
+/* The same 2 x 2 x n/4 copy as one operation of a 3D batch. */
+static CUDA_MEMCPY3D_BATCH_OP batch_op_3d(CUdeviceptr dst, CUdeviceptr src, size_t n)
+{
+    CUDA_MEMCPY3D_BATCH_OP op;
+    memset(&op, 0, sizeof op);
+    op.src.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+    op.src.op.ptr.ptr = src;
+    op.src.op.ptr.rowLength = n / 4;
+    op.src.op.ptr.layerHeight = 2;
+    op.dst.type = CU_MEMCPY_OPERAND_TYPE_POINTER;
+    op.dst.op.ptr.ptr = dst;
+    op.extent.width = n / 4;
+    op.extent.height = 2;
+    op.extent.depth = 2;
+    op.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    return op;
+}
+
 /* Copies n bytes (a multiple of 4) from src to dst with variant v; for
  * the host variants one side goes through host memory (`host`, n bytes),
  * the device side being dst (HtoD) or src (DtoH). Asynchronous ones are
@@ -147,6 +167,8 @@ static CUresult copy_with(int v, CUdeviceptr dst, CUdeviceptr src, size_t n, CUs
     size_t z[1] = {n}, idx = 0;
     CUmemcpyAttributes attr = {0};
     attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+    CUDA_MEMCPY3D_BATCH_OP op = batch_op_3d(dst, src, n);
+    size_t fail = 12345;
     switch (v) {
     case V_MEMCPY: rc = cuMemcpy(dst, src, n); break;
     case V_MEMCPY_PTDS: rc = HOOK(cuMemcpy, "cuMemcpy_ptds")(dst, src, n); break;
@@ -164,12 +186,23 @@ static CUresult copy_with(int v, CUdeviceptr dst, CUdeviceptr src, size_t n, CUs
     case V_3D_PEER: rc = cuMemcpy3DPeer(&mp); break;
     case V_3D_PEER_ASYNC: rc = cuMemcpy3DPeerAsync(&mp, s); break;
     case V_BATCH: rc = cuMemcpyBatchAsync_v2(d, sr, z, 1, &attr, &idx, 1, s); break;
+    case V_BATCH_V1: rc = cuMemcpyBatchAsync(d, sr, z, 1, &attr, &idx, 1, &fail, s); break;
+    case V_BATCH_V1_PTSZ:
+        rc = HOOK(cuMemcpyBatchAsync, "cuMemcpyBatchAsync_ptsz")(d, sr, z, 1, &attr, &idx, 1, &fail, s);
+        break;
+    case V_3D_BATCH: rc = cuMemcpy3DBatchAsync_v2(1, &op, 0, s); break;
+    case V_3D_BATCH_PTSZ:
+        rc = HOOK(cuMemcpy3DBatchAsync_v2, "cuMemcpy3DBatchAsync_v2_ptsz")(1, &op, 0, s);
+        break;
+    case V_3D_BATCH_V1: rc = cuMemcpy3DBatchAsync(1, &op, &fail, 0, s); break;
     case V_DTOH: rc = cuMemcpyDtoH(host, src, n); break;
     case V_DTOH_ASYNC: rc = cuMemcpyDtoHAsync(host, src, n, s); break;
     case V_HTOD: rc = cuMemcpyHtoD(dst, host, n); break;
     default: rc = cuMemcpyHtoDAsync(dst, host, n, s); break;
     }
     if (rc == CUDA_SUCCESS) CHECK_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+    /* CUDA 12.8's batches name the one bad copy of the one. */
+    if (rc != CUDA_SUCCESS && (v == V_BATCH_V1 || v == V_BATCH_V1_PTSZ || v == V_3D_BATCH_V1)) CHECK_EQ(fail, 0);
     return rc;
 }
 
@@ -417,8 +450,6 @@ static void spilled_memory_is_copied_from_another_devices_context(void)
  * into its allocation, not yet waited for; then, from the primary
  * context, an allocation past the limit spills it: the spill must wait
  * for that copy before it unmaps the memory (a GPU would fault). */
-CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);   /* the sim's */
-
 static void a_spill_waits_for_copies_queued_in_the_programs_own_context(void)
 {
     start();
@@ -439,6 +470,184 @@ static void a_spill_waits_for_copies_queued_in_the_programs_own_context(void)
     CHECK_EQ(cuCtxSetCurrent(own), CUDA_SUCCESS);
     CHECK_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
     expect(p, BUF, 0, 15, "copied in its own context");
+}
+
+/* The same, but the program never allocated in its context: it queues a
+ * copy there into memory allocated in the primary context. gvmshim knows
+ * the context from its creation (preload/hooks_context.c), every ABI. */
+static void a_spill_waits_for_copies_queued_in_a_context_that_never_allocated(void)
+{
+    start();
+    CUdevice dev;
+    CHECK_EQ(cuDeviceGet(&dev, 0), CUDA_SUCCESS);
+    for (int abi = 0; abi < 4; abi++) {
+        CUdeviceptr p;
+        CHECK_EQ(cuMemAlloc(&p, BUF), CUDA_SUCCESS);
+        CUcontext own = NULL;
+        CUctxCreateParams params = {0};
+        switch (abi) {
+        case 0: CHECK_EQ(cuCtxCreate(&own, 0, dev), CUDA_SUCCESS); break;
+        case 1: CHECK_EQ(cuCtxCreate_v2(&own, 0, dev), CUDA_SUCCESS); break;
+        case 2: CHECK_EQ(cuCtxCreate_v3(&own, NULL, 0, 0, dev), CUDA_SUCCESS); break;
+        default: CHECK_EQ(cuCtxCreate_v4(&own, &params, 0, dev), CUDA_SUCCESS); break;
+        }
+        CUstream s;
+        CHECK_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+        for (size_t i = 0; i < BUF; i++) host_buf[i] = byte_at(i, 40 + (unsigned)abi);
+        CHECK_EQ(cuMemcpyHtoDAsync(p, host_buf, BUF, s), CUDA_SUCCESS);
+        CHECK_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+        spill_all();
+        CHECK_EQ(simcuda_location_of(p), spilled_loc());
+        CHECK_EQ(simcuda_unmapped_in_flight(), 0);
+        expect(p, BUF, 0, 40 + (unsigned)abi, "copied in a context of the program's");
+        CHECK_EQ(cuCtxDestroy(own), CUDA_SUCCESS);
+        CHECK_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+        CHECK_EQ(cuMemFree(p), CUDA_SUCCESS);
+    }
+}
+
+/* ---- stream memory operations ---- */
+
+typedef CUresult(CUDAAPI *write32_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned);
+typedef CUresult(CUDAAPI *write64_fn)(CUstream, CUdeviceptr, cuuint64_t, unsigned);
+typedef CUresult(CUDAAPI *batch_memop_fn)(CUstream, unsigned, CUstreamBatchMemOpParams *, unsigned);
+
+/* Every ABI of one operation, as cudart and old runtimes reach them. */
+static const char *const abi_suffix[4] = {"", "_ptsz", "_v2", "_v2_ptsz"};
+
+static void *memop(const char *base, int abi)
+{
+    char name[64];
+    snprintf(name, sizeof name, "%s%s", base, abi_suffix[abi]);
+    void *fn = dlsym(RTLD_DEFAULT, name);
+    CHECK(fn != NULL);
+    return fn;
+}
+
+static uint32_t word_at(size_t off, unsigned seed)
+{
+    uint32_t w = 0;
+    for (int k = 3; k >= 0; k--) w = w << 8 | byte_at(off + (size_t)k, seed);
+    return w;
+}
+
+/* A write lands in spilled memory (lazily spilled: mapped for it first)
+ * and nothing else changes; a wait on a value there is met. */
+static void memory_operations_on_spilled_memory_arrive_intact(void)
+{
+    start();
+    CUstream s;
+    CHECK_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    for (int abi = 0; abi < 4; abi++) {
+        CUdeviceptr p = spilled(BUF, 50);
+        write32_fn w32 = (write32_fn)memop("cuStreamWriteValue32", abi);
+        write64_fn w64 = (write64_fn)memop("cuStreamWriteValue64", abi);
+        CHECK_EQ(w32(s, p + OFF, 0xa1b2c3d4u, 0), CUDA_SUCCESS);
+        spill_all();
+        CHECK_EQ(w64(s, p + OFF + 8, 0x0102030405060708ull, 0), CUDA_SUCCESS);
+        CHECK_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+        expect(p, OFF, 0, 50, "before the written values");
+        uint32_t w[4];
+        CHECK_EQ(cuMemcpyDtoH(w, p + OFF, 16), CUDA_SUCCESS);
+        CHECK_EQ(w[0], 0xa1b2c3d4u);
+        CHECK_EQ(w[1], word_at(OFF + 4, 50));
+        CHECK_EQ(w[2], 0x05060708u);
+        CHECK_EQ(w[3], 0x01020304u);
+        expect(p + OFF + 16, BUF - OFF - 16, OFF + 16, 50, "after the written values");
+        CHECK_EQ(cuMemFree(p), CUDA_SUCCESS);
+        CUdeviceptr q = spilled(BUF, 54), r = spilled(BUF, 55);
+        write32_fn wait32 = (write32_fn)memop("cuStreamWaitValue32", abi);
+        write64_fn wait64 = (write64_fn)memop("cuStreamWaitValue64", abi);
+        CHECK_EQ(wait32(s, q + OFF, word_at(OFF, 54), CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+        uint64_t want = (uint64_t)word_at(OFF + 4, 55) << 32 | word_at(OFF, 55);
+        CHECK_EQ(wait64(s, r + OFF, want, CU_STREAM_WAIT_VALUE_EQ), CUDA_SUCCESS);
+        CHECK_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+        expect(q, BUF, 0, 54, "waited on");
+        expect(r, BUF, 0, 55, "waited on");
+        CHECK_EQ(cuMemFree(q), CUDA_SUCCESS);
+        CHECK_EQ(cuMemFree(r), CUDA_SUCCESS);
+    }
+    CHECK_EQ(simcuda_unmapped_in_flight(), 0);
+}
+
+static CUstreamBatchMemOpParams value_op(CUstreamBatchMemOpType kind, CUdeviceptr at, uint64_t v)
+{
+    CUstreamBatchMemOpParams op;
+    memset(&op, 0, sizeof op);
+    op.operation = kind;
+    if (kind == CU_STREAM_MEM_OP_WAIT_VALUE_32 || kind == CU_STREAM_MEM_OP_WAIT_VALUE_64) {
+        op.waitValue.address = at;
+        op.waitValue.value64 = v;
+        op.waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
+    } else {
+        op.writeValue.address = at;
+        op.writeValue.value64 = v;
+    }
+    return op;
+}
+
+/* A batch over two spilled buffers: writes into one, a wait on the other,
+ * a barrier; every ABI. */
+static void batched_memory_operations_on_spilled_memory_arrive_intact(void)
+{
+    start();
+    CUstream s;
+    CHECK_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    for (int abi = 0; abi < 4; abi++) {
+        CUdeviceptr a, b;
+        CHECK_EQ(cuMemAlloc(&a, BUF), CUDA_SUCCESS);
+        CHECK_EQ(cuMemAlloc(&b, BUF), CUDA_SUCCESS);
+        fill(a, BUF, 51);
+        fill(b, BUF, 52);
+        spill_all();
+        CHECK_EQ(simcuda_location_of(a), spilled_loc());
+        CHECK_EQ(simcuda_location_of(b), spilled_loc());
+        CUstreamBatchMemOpParams ops[4] = {
+            value_op(CU_STREAM_MEM_OP_WAIT_VALUE_32, b + MiB, word_at(MiB, 52)),
+            value_op(CU_STREAM_MEM_OP_WRITE_VALUE_32, a + OFF, 0xcafef00du),
+            value_op(CU_STREAM_MEM_OP_WRITE_VALUE_64, a + BUF - 8, 0x1122334455667788ull),
+        };
+        ops[3].memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
+        ops[3].memoryBarrier.flags = CU_STREAM_MEMORY_BARRIER_TYPE_SYS;
+        batch_memop_fn batch = (batch_memop_fn)memop("cuStreamBatchMemOp", abi);
+        CHECK_EQ(batch(s, 4, ops, 0), CUDA_SUCCESS);
+        CHECK_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+        uint32_t w;
+        uint64_t q;
+        CHECK_EQ(cuMemcpyDtoH(&w, a + OFF, 4), CUDA_SUCCESS);
+        CHECK_EQ(w, 0xcafef00du);
+        CHECK_EQ(cuMemcpyDtoH(&q, a + BUF - 8, 8), CUDA_SUCCESS);
+        CHECK_EQ(q, 0x1122334455667788ull);
+        expect(a, OFF, 0, 51, "batch: before the first write");
+        expect(a + OFF + 4, BUF - OFF - 12, OFF + 4, 51, "batch: between the writes");
+        expect(b, BUF, 0, 52, "batch: the waited-on buffer");
+        CHECK_EQ(cuMemFree(a), CUDA_SUCCESS);
+        CHECK_EQ(cuMemFree(b), CUDA_SUCCESS);
+    }
+    CHECK_EQ(simcuda_unmapped_in_flight(), 0);
+}
+
+/* Just past the end of a spilled buffer: the native answer (past a
+ * driver allocation), and a batch with that one bad entry writes nothing. */
+static void memory_operations_past_the_end_are_invalid_as_natively(void)
+{
+    start();
+    CUstream s;
+    CHECK_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CUdeviceptr nat = native_alloc(BUF);
+    CUresult want = cuStreamWriteValue32_v2(s, nat + BUF, 1, 0);
+    CHECK_EQ(want, CUDA_ERROR_INVALID_VALUE);
+    CUdeviceptr p = spilled(BUF, 53);
+    for (int abi = 0; abi < 4; abi++) {
+        CHECK_EQ(((write32_fn)memop("cuStreamWriteValue32", abi))(s, p + BUF, 1, 0), want);
+        CHECK_EQ(((write64_fn)memop("cuStreamWriteValue64", abi))(s, p + BUF, 1, 0), want);
+        CHECK_EQ(((write32_fn)memop("cuStreamWaitValue32", abi))(s, p + BUF, 1, 0), want);
+        CUstreamBatchMemOpParams ops[2] = {value_op(CU_STREAM_MEM_OP_WRITE_VALUE_32, p, 7),
+                                           value_op(CU_STREAM_MEM_OP_WRITE_VALUE_64, p + BUF - 4, 7)};
+        CHECK_EQ(((batch_memop_fn)memop("cuStreamBatchMemOp", abi))(s, 2, ops, 0), want);
+    }
+    CHECK_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+    expect(p, BUF, 0, 53, "after refused memory operations");
 }
 
 /* ---- two threads ---- */
@@ -524,6 +733,10 @@ static const struct test_case cases[] = {
     TEST_ENTRY(spilled_memory_is_copied_from_another_devices_context)
     TEST_ENTRY(copies_beside_another_threads_spills_lose_nothing)
     TEST_ENTRY(a_spill_waits_for_copies_queued_in_the_programs_own_context)
+    TEST_ENTRY(a_spill_waits_for_copies_queued_in_a_context_that_never_allocated)
+    TEST_ENTRY(memory_operations_on_spilled_memory_arrive_intact)
+    TEST_ENTRY(batched_memory_operations_on_spilled_memory_arrive_intact)
+    TEST_ENTRY(memory_operations_past_the_end_are_invalid_as_natively)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }

@@ -288,21 +288,112 @@ static CUresult sim_batch_check(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *si
  * The attributes only order and hint, so they are checked for shape. */
 static CUresult sim_copy_batch(CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
                                CUmemcpyAttributes *attrs, size_t *idxs, size_t nattrs,
-                               CUstream s)
+                               size_t *fail_idx, CUstream s)
 {
     if (!dsts || !srcs || !sizes || count == 0)
         return CUDA_ERROR_INVALID_VALUE;
     if (nattrs && (!attrs || !idxs || idxs[0] != 0 || nattrs > count))
         return CUDA_ERROR_INVALID_VALUE;
     CUresult rc = sim_stream_dev(s, NULL);
-    for (size_t i = 0; i < count && rc == CUDA_SUCCESS; i++)
+    size_t i = 0;
+    for (; i < count && rc == CUDA_SUCCESS; i++)
         rc = sim_batch_check(dsts, srcs, sizes, i);
-    for (size_t i = 0; i < count && rc == CUDA_SUCCESS; i++)
+    if (rc != CUDA_SUCCESS) {
+        if (fail_idx)
+            *fail_idx = i ? i - 1 : SIZE_MAX;
+        return rc;
+    }
+    for (i = 0; i < count && rc == CUDA_SUCCESS; i++) {
         rc = sim_copy_1d(dsts[i], SIM_UNIFIED, srcs[i], SIM_UNIFIED, sizes[i]);
+        if (rc == CUDA_SUCCESS)
+            sim_flight_op(s, dsts[i], sizes[i], srcs[i], sizes[i]);
+    }
     return rc;
 }
 
 SIM_API2(cuMemcpyBatchAsync_v2, cuMemcpyBatchAsync_v2_ptsz, SIM_READ,
          (CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
           CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, CUstream hStream),
-         sim_copy_batch(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, hStream))
+         sim_copy_batch(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, NULL, hStream))
+
+/* CUDA 12.8's names the copy that failed (SIZE_MAX: none in particular). */
+SIM_API2(cuMemcpyBatchAsync, cuMemcpyBatchAsync_ptsz, SIM_READ,
+         (CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+          CUmemcpyAttributes *attrs, size_t *attrsIdxs, size_t numAttrs, size_t *failIdx,
+          CUstream hStream),
+         !failIdx ? CUDA_ERROR_INVALID_VALUE
+                  : sim_copy_batch(dsts, srcs, sizes, count, attrs, attrsIdxs, numAttrs, failIdx,
+                                   hStream))
+
+/* ---- 3D batches: pointer operands only (CUDA arrays are not simulated) -- */
+
+/* Bytes from an operand's base to one past the last byte a copy of e
+ * touches (elements are bytes between pointers). */
+static size_t sim_operand_span(const CUmemcpy3DOperand *o, const CUextent3D *e)
+{
+    size_t row = o->op.ptr.rowLength ? o->op.ptr.rowLength : e->width;
+    size_t layer = o->op.ptr.layerHeight ? o->op.ptr.layerHeight : e->height;
+    return ((e->depth - 1) * layer + e->height - 1) * row + e->width;
+}
+
+static CUresult sim_3d_op_check(const CUDA_MEMCPY3D_BATCH_OP *op)
+{
+    const CUextent3D *e = &op->extent;
+    const CUmemcpy3DOperand *side[2] = {&op->dst, &op->src};
+    if (!e->width || !e->height || !e->depth)
+        return CUDA_ERROR_INVALID_VALUE;
+    for (int k = 0; k < 2; k++) {
+        char *at;
+        if (side[k]->type != CU_MEMCPY_OPERAND_TYPE_POINTER)
+            return CUDA_ERROR_NOT_SUPPORTED;
+        if ((side[k]->op.ptr.rowLength && side[k]->op.ptr.rowLength < e->width) ||
+            (side[k]->op.ptr.layerHeight && side[k]->op.ptr.layerHeight < e->height))
+            return CUDA_ERROR_INVALID_VALUE;
+        CUresult rc = sim_resolve(side[k]->op.ptr.ptr, SIM_UNIFIED, sim_operand_span(side[k], e), &at);
+        if (rc != CUDA_SUCCESS)
+            return rc;
+    }
+    return CUDA_SUCCESS;
+}
+
+static void sim_3d_op_run(const CUDA_MEMCPY3D_BATCH_OP *op, CUstream s)
+{
+    const CUextent3D *e = &op->extent;
+    const CUmemcpy3DOperand *d = &op->dst, *src = &op->src;
+    size_t drow = d->op.ptr.rowLength ? d->op.ptr.rowLength : e->width;
+    size_t dlayer = d->op.ptr.layerHeight ? d->op.ptr.layerHeight : e->height;
+    size_t srow = src->op.ptr.rowLength ? src->op.ptr.rowLength : e->width;
+    size_t slayer = src->op.ptr.layerHeight ? src->op.ptr.layerHeight : e->height;
+    for (size_t z = 0; z < e->depth; z++)
+        for (size_t y = 0; y < e->height; y++)
+            sim_copy_1d(d->op.ptr.ptr + (z * dlayer + y) * drow, SIM_UNIFIED,
+                        src->op.ptr.ptr + (z * slayer + y) * srow, SIM_UNIFIED, e->width);
+    sim_flight_op(s, d->op.ptr.ptr, sim_operand_span(d, e), src->op.ptr.ptr, sim_operand_span(src, e));
+}
+
+/* Every operation is checked before any runs; fail_idx (CUDA 12.8's
+ * entry point) names the first bad one. */
+static CUresult sim_copy_3d_batch(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail_idx,
+                                  unsigned long long flags, CUstream s)
+{
+    if (!ops || n == 0 || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    CUresult rc = sim_stream_dev(s, NULL);
+    for (size_t i = 0; i < n && rc == CUDA_SUCCESS; i++) {
+        rc = sim_3d_op_check(&ops[i]);
+        if (rc != CUDA_SUCCESS && fail_idx)
+            *fail_idx = i;
+    }
+    for (size_t i = 0; i < n && rc == CUDA_SUCCESS; i++)
+        sim_3d_op_run(&ops[i], s);
+    return rc;
+}
+
+SIM_API2(cuMemcpy3DBatchAsync_v2, cuMemcpy3DBatchAsync_v2_ptsz, SIM_READ,
+         (size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, unsigned long long flags, CUstream hStream),
+         sim_copy_3d_batch(numOps, opList, NULL, flags, hStream))
+
+SIM_API2(cuMemcpy3DBatchAsync, cuMemcpy3DBatchAsync_ptsz, SIM_READ,
+         (size_t numOps, CUDA_MEMCPY3D_BATCH_OP *opList, size_t *failIdx, unsigned long long flags,
+          CUstream hStream),
+         !failIdx ? CUDA_ERROR_INVALID_VALUE : sim_copy_3d_batch(numOps, opList, failIdx, flags, hStream))

@@ -565,6 +565,29 @@ CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice de
     SIM_API(cuCtxCreate_v2, SIM_WRITE, sim_ctx_create(pctx, flags, dev));
 }
 
+CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
+{
+    SIM_API(cuCtxCreate, SIM_WRITE, sim_ctx_create(pctx, flags, dev));
+}
+
+/* Execution affinity (SM counts) is not simulated: the parameters are
+ * checked for shape only. */
+CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params, int nparams, unsigned int flags,
+                                CUdevice dev)
+{
+    SIM_API(cuCtxCreate_v3, SIM_WRITE,
+            nparams < 0 || (nparams && !params) ? CUDA_ERROR_INVALID_VALUE : sim_ctx_create(pctx, flags, dev));
+}
+
+/* CUDA 12.5's: affinity or a CIG context in the parameters; neither is
+ * simulated, so only a NULL or empty one is taken. */
+CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags, CUdevice dev)
+{
+    SIM_API(cuCtxCreate_v4, SIM_WRITE,
+            params && (params->numExecAffinityParams || params->cigParams) ? CUDA_ERROR_NOT_SUPPORTED
+                                                                           : sim_ctx_create(pctx, flags, dev));
+}
+
 /* A context made by cuCtxCreate (a primary one is refused) ends
  * (sim_ctx_end) and leaves this thread's stack wherever it is there. */
 static CUresult sim_ctx_destroy(CUcontext ctx)

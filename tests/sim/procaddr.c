@@ -52,7 +52,10 @@ static const struct sim_versioned sim_versioned[] = {
     {"cuMemcpyBatchAsync", 13000, 0}, {"cuGetProcAddress", 12000, 11030},
     {"cuStreamBeginCapture", 10010, 0},
     {"cuIpcOpenMemHandle", 11000, 0}, {"cuDevicePrimaryCtxReset", 11000, 0},
-    {"cuCtxDestroy", 4000, 0},
+    {"cuCtxDestroy", 4000, 0},        {"cuCtxCreate", 3020, 0},
+    {"cuStreamWriteValue32", 11070, 0}, {"cuStreamWaitValue32", 11070, 0},
+    {"cuStreamWriteValue64", 11070, 0}, {"cuStreamWaitValue64", 11070, 0},
+    {"cuStreamBatchMemOp", 11070, 0}, {"cuMemcpy3DBatchAsync", 13000, 0},
 };
 
 #define SIM_COUNT(a) (sizeof(a) / sizeof((a)[0]))

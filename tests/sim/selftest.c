@@ -1050,8 +1050,9 @@ static void test_procaddr(void)
          CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
     CHECK(proc("cuMemcpyBatchAsync", 13000, PT, 0, OK) ==
           sym(lib, "cuMemcpyBatchAsync_v2_ptsz"));
-    proc("cuMemcpyBatchAsync", 12080, 0, CUDA_ERROR_NOT_FOUND,
-         CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND);
+    CHECK(proc("cuMemcpyBatchAsync", 12080, 0, 0, OK) == sym(lib, "cuMemcpyBatchAsync"));
+    CHECK(proc("cuStreamWriteValue32", 12000, PT, 0, OK) == sym(lib, "cuStreamWriteValue32_v2_ptsz"));
+    CHECK(proc("cuStreamBatchMemOp", 11000, 0, 0, OK) == sym(lib, "cuStreamBatchMemOp"));
     CHECK(proc("cuGetProcAddress", 12000, 0, 0, OK) == sym(lib, "cuGetProcAddress_v2"));
     CHECK(proc("cuGetProcAddress", 11030, 0, 0, OK) == sym(lib, "cuGetProcAddress"));
     proc("cuGetProcAddress", 11020, 0, CUDA_ERROR_NOT_FOUND,
@@ -1076,7 +1077,11 @@ static void test_procaddr(void)
 #define SIM_VERSIONED(name)                                                    \
     (!strcmp(name, "cuGetProcAddress") || !strcmp(name, "cuStreamBeginCapture") ||         \
      !strcmp(name, "cuIpcOpenMemHandle") || !strcmp(name, "cuDevicePrimaryCtxReset") ||             \
-     !strcmp(name, "cuCtxDestroy"))
+     !strcmp(name, "cuCtxDestroy") || !strcmp(name, "cuCtxCreate") ||                      \
+     !strcmp(name, "cuMemcpyBatchAsync") || !strcmp(name, "cuMemcpy3DBatchAsync") ||        \
+     !strcmp(name, "cuStreamWriteValue32") || !strcmp(name, "cuStreamWaitValue32") ||       \
+     !strcmp(name, "cuStreamWriteValue64") || !strcmp(name, "cuStreamWaitValue64") ||       \
+     !strcmp(name, "cuStreamBatchMemOp"))
 #define SIM_CHECK_EXPORT(name)                                                 \
     CHECK(proc(#name, 13000, 0, 0, OK) == sym(lib, #name) || SIM_VERSIONED(#name));
     GVM_DRIVER_ALL(SIM_CHECK_EXPORT, SIM_CHECK_EXPORT)

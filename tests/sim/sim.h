@@ -18,10 +18,6 @@
  * 32-bit CUDA 3.1 symbol so tests can check a legacy lookup is left alone. */
 #undef cuMemAlloc
 CUresult CUDAAPI cuMemAlloc(unsigned int *dptr, unsigned int bytesize);
-/* cuda.h maps cuCtxCreate to its newest version; the sim makes the
- * three-argument one (tests reach it directly: gvmshim does not hook it). */
-#undef cuCtxCreate
-CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev);
 
 /* Every function the sim exports: the driver list plus what tests and
  * cuGetProcAddress need beyond it. */
@@ -30,7 +26,7 @@ CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice de
     X(cuStreamQuery_ptsz) X(cuStreamSynchronize_ptsz) X(cuEventRecord_ptsz)   \
     X(cuStreamIsCapturing_ptsz)                                                \
     X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy) X(cuGraphDestroy)   \
-    X(cuIpcGetEventHandle) X(cuIpcOpenEventHandle) X(cuCtxCreate_v2)
+    X(cuIpcGetEventHandle) X(cuIpcOpenEventHandle)
 #define SIM_EXPORTS(X) GVM_DRIVER_ALL(X, X) SIM_EXTRA_EXPORTS(X)
 
 #define SIM_ENUM(name) SIM_FN_##name,

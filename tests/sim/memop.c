@@ -1,0 +1,116 @@
+/* Stream memory operations: 32 and 64-bit writes and waits on device
+ * memory, alone or batched, in every ABI the driver exports. Work here
+ * runs when queued, so a wait can only be one already satisfied: one that
+ * is not fails with CUDA_ERROR_NOT_SUPPORTED (the sim cannot block the
+ * stream), and a test must not rely on it. Capture is not simulated. */
+#include "sim.h"
+
+#include <string.h>
+
+#define SIM_WAIT_KIND_MASK 0x3u   /* GEQ, EQ, AND, NOR; the flush flag is above */
+
+static int sim_wait_met(uint64_t have, uint64_t want, unsigned flags, int wide)
+{
+    if (!wide) {
+        have = (uint32_t)have;
+        want = (uint32_t)want;
+    }
+    switch (flags & SIM_WAIT_KIND_MASK) {
+    case CU_STREAM_WAIT_VALUE_GEQ:
+        return wide ? (int64_t)(have - want) >= 0 : (int32_t)(uint32_t)(have - want) >= 0;
+    case CU_STREAM_WAIT_VALUE_EQ:
+        return have == want;
+    case CU_STREAM_WAIT_VALUE_AND:
+        return (have & want) != 0;
+    default:
+        return (wide ? ~(have | want) : (uint32_t)~(have | want)) != 0;
+    }
+}
+
+/* One operation on [addr, addr+n): checked, then (run) done. */
+static CUresult sim_value_op(CUstream s, int write, uintptr_t addr, uint64_t value, unsigned flags,
+                             size_t n, int run)
+{
+    int dev = -1;
+    CUresult rc = sim_stream_dev(s, &dev);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    if (addr % n || !sim_dev_span_ok_for(addr, n, dev))
+        return CUDA_ERROR_INVALID_VALUE;
+    char *at = sim_dev_view(addr, n);
+    uint64_t have = 0;
+    memcpy(&have, at, n);   /* little-endian, as the GPU's */
+    if (!write && !sim_wait_met(have, value, flags, n == 8))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    if (run && write)
+        memcpy(at, &value, n);
+    if (run)
+        sim_flight_op(s, addr, n, 0, 0);
+    return CUDA_SUCCESS;
+}
+
+static CUresult sim_value(CUstream s, int write, uintptr_t addr, uint64_t value, unsigned flags, size_t n)
+{
+    if (sim_capture_break(s))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    return sim_value_op(s, write, addr, value, flags, n, 1);
+}
+
+#define SIM_VALUE_APIS(op, type, write)                                        \
+    SIM_API2(op, op##_ptsz, SIM_READ, (CUstream s, CUdeviceptr addr, type value, unsigned int flags), \
+             sim_value(s, write, addr, value, flags, sizeof(type)))            \
+    SIM_API2(op##_v2, op##_v2_ptsz, SIM_READ,                                   \
+             (CUstream s, CUdeviceptr addr, type value, unsigned int flags),   \
+             sim_value(s, write, addr, value, flags, sizeof(type)))
+
+SIM_VALUE_APIS(cuStreamWriteValue32, cuuint32_t, 1)
+SIM_VALUE_APIS(cuStreamWaitValue32, cuuint32_t, 0)
+SIM_VALUE_APIS(cuStreamWriteValue64, cuuint64_t, 1)
+SIM_VALUE_APIS(cuStreamWaitValue64, cuuint64_t, 0)
+
+static CUresult sim_batch_op(CUstream s, const CUstreamBatchMemOpParams *op, int run)
+{
+    switch (op->operation) {
+    case CU_STREAM_MEM_OP_WAIT_VALUE_32:
+    case CU_STREAM_MEM_OP_WAIT_VALUE_64:
+        return sim_value_op(s, 0, op->waitValue.address, op->waitValue.value64, op->waitValue.flags,
+                            op->operation == CU_STREAM_MEM_OP_WAIT_VALUE_32 ? 4 : 8, run);
+    case CU_STREAM_MEM_OP_WRITE_VALUE_32:
+    case CU_STREAM_MEM_OP_WRITE_VALUE_64:
+        return sim_value_op(s, 1, op->writeValue.address,
+                            op->operation == CU_STREAM_MEM_OP_WRITE_VALUE_32 ? op->writeValue.value
+                                                                              : op->writeValue.value64,
+                            op->writeValue.flags, op->operation == CU_STREAM_MEM_OP_WRITE_VALUE_32 ? 4 : 8, run);
+    case CU_STREAM_MEM_OP_FLUSH_REMOTE_WRITES:
+    case CU_STREAM_MEM_OP_BARRIER:
+        return CUDA_SUCCESS;
+    default:
+        return CUDA_ERROR_INVALID_VALUE;
+    }
+}
+
+/* Every operation is checked before any runs. */
+static CUresult sim_batch_memop(CUstream s, unsigned count, CUstreamBatchMemOpParams *ops, unsigned flags)
+{
+    if (!ops || count == 0 || flags)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (sim_capture_break(s))
+        return CUDA_ERROR_NOT_SUPPORTED;
+    CUresult rc = CUDA_SUCCESS;
+    for (unsigned i = 0; i < count && rc == CUDA_SUCCESS; i++)
+        rc = sim_batch_op(s, &ops[i], 0);
+    for (unsigned i = 0; i < count && rc == CUDA_SUCCESS; i++)
+        rc = sim_batch_op(s, &ops[i], 1);
+    return rc;
+}
+
+#define SIM_BATCH_API(fn)                                                      \
+    CUresult CUDAAPI fn(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops, unsigned int flags) \
+    {                                                                          \
+        SIM_API(fn, SIM_READ, sim_batch_memop(s, count, ops, flags));          \
+    }
+
+SIM_BATCH_API(cuStreamBatchMemOp)
+SIM_BATCH_API(cuStreamBatchMemOp_ptsz)
+SIM_BATCH_API(cuStreamBatchMemOp_v2)
+SIM_BATCH_API(cuStreamBatchMemOp_v2_ptsz)
