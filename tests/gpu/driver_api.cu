@@ -9,23 +9,13 @@
  *   cuMemcpyHtoD/DtoH/DtoD, cuMemGetAddressRange, cuPointerGetAttribute,
  *   a kernel through cuLaunchKernel, cuMemFree; gvm_query knows the
  *   pointers under the shim. */
-#include "gpu_test.h"
+#include "linked_cu.h"
 
 #include <sys/wait.h>
 
 #include <vector>
 
 using namespace gt;
-
-#define CU(call)                                                               \
-    do {                                                                       \
-        CUresult r_ = (call);                                                  \
-        if (r_ != CUDA_SUCCESS) {                                              \
-            const char *n_ = nullptr;                                          \
-            cuGetErrorName(r_, &n_);                                           \
-            gt::fail_at(__FILE__, __LINE__, "%s -> %d (%s)", #call, (int)r_, n_ ? n_ : "?"); \
-        }                                                                      \
-    } while (0)
 
 static Gvm gvm;
 static CUcontext ctx;

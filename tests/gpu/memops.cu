@@ -17,19 +17,9 @@
  *   value past the end of a buffer: invalid value in both runs. On driver
  *   580 the CUDA 11 memory operations answer CUDA_ERROR_NOT_SUPPORTED in
  *   both runs (printed; the cpu suite covers their hooks). */
-#include "gpu_test.h"
+#include "linked_cu.h"
 
 using namespace gt;
-
-#define CU(call)                                                               \
-    do {                                                                       \
-        CUresult r_ = (call);                                                  \
-        if (r_ != CUDA_SUCCESS) {                                              \
-            const char *n_ = nullptr;                                          \
-            cuGetErrorName(r_, &n_);                                           \
-            gt::fail_at(__FILE__, __LINE__, "%s -> %d (%s)", #call, (int)r_, n_ ? n_ : "?"); \
-        }                                                                      \
-    } while (0)
 
 static constexpr size_t LIMIT = 512 * MiB;   /* GVM_DEVICE_LIMIT of the shim's run */
 static constexpr size_t BUF = 64 * MiB;
