@@ -72,7 +72,8 @@
     O(cuMemsetD2D16Async_ptsz) O(cuMemsetD2D32Async)                           \
     O(cuMemsetD2D32Async_ptsz)                                                 \
     GVM_DRIVER_SERVED_MEMOPS(R, O) GVM_DRIVER_SERVED_IPC(R, O)                 \
-    O(cuCtxCreate) O(cuCtxCreate_v2) O(cuCtxCreate_v3) O(cuCtxCreate_v4)
+    O(cuCtxCreate) O(cuCtxCreate_v2) O(cuCtxCreate_v3) O(cuCtxCreate_v4)       \
+    O(cuTexObjectCreate)
 
 /* Stream memory operations (preload/hooks_memop.c): each reaches 4 or 8
  * bytes of device memory, like a tiny copy. */

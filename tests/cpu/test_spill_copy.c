@@ -650,6 +650,42 @@ static void memory_operations_past_the_end_are_invalid_as_natively(void)
     expect(p, BUF, 0, 53, "after refused memory operations");
 }
 
+/* ---- texture objects ---- */
+
+/* A texture object made on spilled memory: kernels read through its
+ * handle, which no launch scan sees, so the memory is mapped for it, and
+ * later spills keep it mapped (lazily too); a new allocation in the same
+ * record spills lazily again. */
+static void a_textured_buffer_is_never_left_unmapped(void)
+{
+    start();
+    gvm_status (*migrate)(const void *, int) = (gvm_status(*)(const void *, int))dlsym(RTLD_DEFAULT, "gvm_migrate");
+    CUdeviceptr p = spilled(BUF, 60);
+    CUDA_RESOURCE_DESC res;
+    memset(&res, 0, sizeof res);
+    res.resType = CU_RESOURCE_TYPE_LINEAR;
+    res.res.linear.devPtr = p;
+    res.res.linear.format = CU_AD_FORMAT_UNSIGNED_INT8;
+    res.res.linear.numChannels = 1;
+    res.res.linear.sizeInBytes = BUF;
+    CUDA_TEXTURE_DESC desc;
+    memset(&desc, 0, sizeof desc);
+    CUtexObject tex = 0;
+    CHECK_EQ(cuTexObjectCreate(&tex, &res, &desc, NULL), CUDA_SUCCESS);
+    CHECK(simcuda_location_of(p) != SIMCUDA_LOC_UNMAPPED);
+    for (int round = 0; round < 3; round++) {
+        CHECK_EQ(migrate((void *)p, 0), GVM_OK);
+        CHECK_EQ(simcuda_location_of(p), 0);
+        spill_all();
+        CHECK_EQ(simcuda_location_of(p), SIMCUDA_LOC_HOST);
+    }
+    expect(p, BUF, 0, 60, "read through a texture");
+    CHECK_EQ(cuTexObjectDestroy(tex), CUDA_SUCCESS);
+    CHECK_EQ(cuMemFree(p), CUDA_SUCCESS);
+    CUdeviceptr q = spilled(BUF, 61);   /* spilled as any buffer is */
+    CHECK_EQ(cuMemFree(q), CUDA_SUCCESS);
+}
+
 /* ---- two threads ---- */
 
 /* Thread A keeps copying and setting its buffers on its own stream while
@@ -737,6 +773,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(memory_operations_on_spilled_memory_arrive_intact)
     TEST_ENTRY(batched_memory_operations_on_spilled_memory_arrive_intact)
     TEST_ENTRY(memory_operations_past_the_end_are_invalid_as_natively)
+    TEST_ENTRY(a_textured_buffer_is_never_left_unmapped)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }

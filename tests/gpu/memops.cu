@@ -13,8 +13,10 @@
  *   values present are met; a batch of waits, writes and a barrier; batch
  *   and 3D batch copies from and into spilled memory; a copy queued in a
  *   context the program made (cuCtxCreate) and never allocated in, while
- *   the primary context's allocation spills the buffer it writes; one
- *   value past the end of a buffer: invalid value in both runs. On driver
+ *   the primary context's allocation spills the buffer it writes; a
+ *   texture object made on spilled memory reads it, then and after the
+ *   next spill; one value past the end of a buffer: invalid value in both
+ *   runs. On driver
  *   580 the CUDA 11 memory operations answer CUDA_ERROR_NOT_SUPPORTED in
  *   both runs (printed; the cpu suite covers their hooks). */
 #include "linked_cu.h"
@@ -349,6 +351,60 @@ static void spill_waits_for_a_context_the_program_made()
     free(host);
 }
 
+__global__ static void k_sum_texture(cudaTextureObject_t t, size_t n, unsigned long long *sum)
+{
+    unsigned long long mine = 0;
+    size_t stride = (size_t)gridDim.x * blockDim.x;
+    for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride)
+        mine += tex1Dfetch<unsigned int>(t, (int)i);
+    atomicAdd(sum, mine);
+}
+
+static unsigned long long texture_sum(cudaTextureObject_t t, size_t n, CUdeviceptr sum)
+{
+    CU(cuMemsetD8(sum, 0, 8));
+    k_sum_texture<<<264, 256>>>(t, n, (unsigned long long *)sum);
+    CK(cudaGetLastError());
+    CK(cudaDeviceSynchronize());
+    unsigned long long got = 0;
+    CU(cuMemcpyDtoH(&got, sum, 8));
+    return got;
+}
+
+/* A texture object (cudaCreateTextureObject) made on spilled memory: the
+ * kernel reads through its handle, which no launch scan sees; the memory
+ * must be there when it reads, then and after the next spill. */
+static void textures_read_spilled_memory()
+{
+    CUdeviceptr p, sum;
+    CU(cuMemAlloc(&p, BUF));
+    CU(cuMemsetD32(p, 3, BUF / 4));
+    CU(cuMemAlloc(&sum, 8));
+    spill_all();
+    require_spilled(p);
+    cudaResourceDesc res;
+    memset(&res, 0, sizeof res);
+    res.resType = cudaResourceTypeLinear;
+    res.res.linear.devPtr = (void *)p;
+    res.res.linear.desc = cudaCreateChannelDesc<unsigned int>();
+    res.res.linear.sizeInBytes = BUF;
+    cudaTextureDesc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.readMode = cudaReadModeElementType;
+    cudaTextureObject_t t = 0;
+    CK(cudaCreateTextureObject(&t, &res, &desc, nullptr));
+    const unsigned long long want = 3ull * (BUF / 4);
+    for (int round = 0; round < 3; round++) {
+        unsigned long long got = texture_sum(t, BUF / 4, sum);
+        EXPECT(got == want, "round %d: the texture read %llu, want %llu", round, got, want);
+        spill_all();   /* the buffer leaves the device again, the sum stays */
+        require_spilled(p);
+    }
+    CK(cudaDestroyTextureObject(t));
+    CU(cuMemFree(p));
+    CU(cuMemFree(sum));
+}
+
 /* One 32-bit write just past the end of a 3,000,000-byte buffer, inside
  * the allocation's rounding: natively refused with CUDA_ERROR_INVALID_VALUE
  * (H100, driver 580, 2026-11-28), under the shim too, and the buffer
@@ -399,6 +455,7 @@ int main()
     r.run("batched_operations_land", batched_operations_land);
     r.run("batch_copies_move_spilled_memory", batch_copies_move_spilled_memory);
     r.run("spill_waits_for_a_context_the_program_made", spill_waits_for_a_context_the_program_made);
+    r.run("textures_read_spilled_memory", textures_read_spilled_memory);
     r.run("a_value_past_the_end", a_value_past_the_end);
     int ret = r.finish();
     cuDevicePrimaryCtxRelease(dev0);

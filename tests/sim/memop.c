@@ -1,4 +1,4 @@
-/* Stream memory operations: 32 and 64-bit writes and waits on device
+/* Stream memory operations (and texture objects, below): 32 and 64-bit writes and waits on device
  * memory, alone or batched, in every ABI the driver exports. Work here
  * runs when queued, so a wait can only be one already satisfied: one that
  * is not fails with CUDA_ERROR_NOT_SUPPORTED (the sim cannot block the
@@ -114,3 +114,41 @@ SIM_BATCH_API(cuStreamBatchMemOp)
 SIM_BATCH_API(cuStreamBatchMemOp_ptsz)
 SIM_BATCH_API(cuStreamBatchMemOp_v2)
 SIM_BATCH_API(cuStreamBatchMemOp_v2_ptsz)
+
+/* ---- texture objects: made and destroyed; nothing reads through them --- */
+
+static CUresult sim_tex_create(CUtexObject *tex, const CUDA_RESOURCE_DESC *res)
+{
+    if (!tex || !res)
+        return CUDA_ERROR_INVALID_VALUE;
+    uintptr_t p = 0;
+    size_t n = 0;
+    if (res->resType == CU_RESOURCE_TYPE_LINEAR) {
+        p = res->res.linear.devPtr;
+        n = res->res.linear.sizeInBytes;
+    } else if (res->resType == CU_RESOURCE_TYPE_PITCH2D) {
+        p = res->res.pitch2D.devPtr;
+        n = res->res.pitch2D.pitchInBytes * res->res.pitch2D.height;
+    } else {
+        return CUDA_ERROR_NOT_SUPPORTED;   /* CUDA arrays are not simulated */
+    }
+    /* Memory a kernel may touch: a texture made on unmapped addresses is
+     * what a shim must never let a program do. */
+    if (!n || !sim_dev_span_ok(p, n))
+        return CUDA_ERROR_INVALID_VALUE;
+    *tex = (CUtexObject)sim_new_id();
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuTexObjectCreate(CUtexObject *tex, const CUDA_RESOURCE_DESC *res, const CUDA_TEXTURE_DESC *desc,
+                                   const CUDA_RESOURCE_VIEW_DESC *view)
+{
+    (void)desc;
+    (void)view;
+    SIM_API(cuTexObjectCreate, SIM_WRITE, sim_tex_create(tex, res));
+}
+
+CUresult CUDAAPI cuTexObjectDestroy(CUtexObject tex)
+{
+    SIM_API(cuTexObjectDestroy, SIM_READ, tex ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
+}

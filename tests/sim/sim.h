@@ -26,7 +26,7 @@ CUresult CUDAAPI cuMemAlloc(unsigned int *dptr, unsigned int bytesize);
     X(cuStreamQuery_ptsz) X(cuStreamSynchronize_ptsz) X(cuEventRecord_ptsz)   \
     X(cuStreamIsCapturing_ptsz)                                                \
     X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy) X(cuGraphDestroy)   \
-    X(cuIpcGetEventHandle) X(cuIpcOpenEventHandle)
+    X(cuIpcGetEventHandle) X(cuIpcOpenEventHandle) X(cuTexObjectDestroy)
 #define SIM_EXPORTS(X) GVM_DRIVER_ALL(X, X) SIM_EXTRA_EXPORTS(X)
 
 #define SIM_ENUM(name) SIM_FN_##name,
