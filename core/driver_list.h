@@ -26,7 +26,8 @@
     O(cuGetProcAddress) O(cuGetProcAddress_v2)                                 \
     O(cuDeviceGetMemPool) O(cuDeviceGetDefaultMemPool) O(cuDeviceSetMemPool)    \
     O(cuMemPoolGetAccess)                                                      \
-    O(cuStreamGetId) O(cuMemHostRegister_v2) O(cuMemHostUnregister)
+    O(cuStreamGetId) O(cuMemHostRegister_v2) O(cuMemHostUnregister)          \
+    O(cuArray3DGetDescriptor_v2)
 
 /* Entry points the preload layer replaces by a hook of the same name
  * (besides the two resolvers above; cuMemCreate and cuMemRelease, which
@@ -73,7 +74,8 @@
     O(cuMemsetD2D32Async_ptsz)                                                 \
     GVM_DRIVER_SERVED_MEMOPS(R, O) GVM_DRIVER_SERVED_IPC(R, O)                 \
     O(cuCtxCreate) O(cuCtxCreate_v2) O(cuCtxCreate_v3) O(cuCtxCreate_v4)       \
-    O(cuTexObjectCreate)
+    O(cuTexObjectCreate) O(cuTensorMapEncodeTiled) O(cuTensorMapEncodeIm2col)  \
+    O(cuTensorMapEncodeIm2colWide) O(cuTensorMapReplaceAddress)
 
 /* Stream memory operations (preload/hooks_memop.c): each reaches 4 or 8
  * bytes of device memory, like a tiny copy. */

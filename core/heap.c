@@ -313,7 +313,7 @@ static CUresult alloc_large(size_t size, int device, CUcontext ctx, const struct
     GVM_STORE(r->size, size);
     GVM_STORE(r->tag, tag);
     GVM_STORE(r->flags, 0u);
-    GVM_STORE(r->textured, false);   /* a new allocation: no texture reads it yet */
+    GVM_STORE(r->read_by_handle, false);   /* a new allocation: no texture reads it yet */
     r->served_at = gvm_trace_now();
     GVM_STORE(r->buffer_id, gvm_next_buffer_id());
     GVM_STORE(r->last_use, gvm_clock_tick());   /* a new allocation is about to be used */

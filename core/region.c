@@ -33,7 +33,7 @@ static void region_reset(struct gvm_region *r)
     GVM_STORE(r->copied_from, 0u);
     GVM_STORE(r->tag, 0);
     GVM_STORE(r->flags, 0u);
-    GVM_STORE(r->textured, false);
+    GVM_STORE(r->read_by_handle, false);
     GVM_STORE(r->spilled_at, (uint64_t)0);
     GVM_STORE(r->last_use, (uint64_t)0);
     GVM_STORE(r->nlaunches, 0u);

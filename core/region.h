@@ -85,7 +85,7 @@ struct gvm_region {
                                     discarded; NULL otherwise */
     int nshelf;
     bool shelf_spill;            /* its shelf holds a lazy spill (spill_host_map=lazy), not a paused copy */
-    bool textured;               /* a texture object reads it (gvm_region_note_texture) */
+    bool read_by_handle;         /* a texture or tensor map reads it (gvm_region_note_handle_read) */
     uint64_t spilled_at;         /* use clock when the policy moved it off its device, 0 if not */
     uint32_t launches[GVM_REGION_LAUNCHES];   /* the launch numbers starting its last runs of uses (policy/recur.c) */
     uint32_t launch_ends[GVM_REGION_LAUNCHES]; /* and of each run's last use */
@@ -216,14 +216,15 @@ CUresult gvm_region_grant(struct gvm_region *r, int dev);
  * has r announced. */
 bool gvm_region_grant_copier(struct gvm_region *r, int dev);
 
-/* A texture object was made on r's memory (cuTexObjectCreate): kernels
- * read it through the object's handle, which no launch scan finds, so r
- * is never again spilled lazily (left unmapped, core/relocate.c) while it
- * holds this allocation; a spill keeps it mapped on host. Made while the
- * caller announces r (core/move.h), so no move is under way. */
-static inline void gvm_region_note_texture(struct gvm_region *r)
+/* A texture object or a TMA tensor map was made on r's memory
+ * (cuTexObjectCreate, cuTensorMapEncode*): kernels reach it through a
+ * handle or descriptor, which no launch scan finds, so r is never again
+ * spilled lazily (left unmapped, core/relocate.c) while it holds this
+ * allocation; a spill keeps it mapped on host. Made while the caller
+ * announces r (core/move.h), so no move is under way. */
+static inline void gvm_region_note_handle_read(struct gvm_region *r)
 {
-    __atomic_store_n(&r->textured, true, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&r->read_by_handle, true, __ATOMIC_SEQ_CST);
 }
 
 /* Where r's memory lives: a device, GVM_LOC_HOST (its shelf counts as

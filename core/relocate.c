@@ -42,14 +42,14 @@ void gvm_relocate_hold_unmapped(bool on)
 /* Whether a spill of r to host may leave it unmapped (GVM_RELOC_SHELVE):
  * not a chunk, whose free slots the program may be handed meanwhile, nor
  * a region an alias shows (the alias would keep the old memory), nor one
- * a texture object reads (no launch scan sees that read), nor
+ * a texture or tensor map reads (no launch scan sees that read), nor
  * while a call that may reach any region is being issued. Read once the
  * move holds r (gvm_move_enter), so a move that read no hold has
  * finished by the time the holder closes the move gate. */
 static bool shelvable(const struct gvm_region *r, int loc, unsigned how)
 {
     return (how & GVM_RELOC_SHELVE) && loc == GVM_LOC_HOST && GVM_LOAD(r->kind) == GVM_REGION_LARGE &&
-           !r->aliases && !__atomic_load_n(&r->textured, __ATOMIC_SEQ_CST) &&
+           !r->aliases && !__atomic_load_n(&r->read_by_handle, __ATOMIC_SEQ_CST) &&
            !__atomic_load_n(&unmapped_holds, __ATOMIC_SEQ_CST);
 }
 

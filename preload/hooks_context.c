@@ -17,29 +17,33 @@ static CUresult noted(CUresult rc, CUcontext *pctx, CUdevice dev)
 GVM_EXPORT CUresult CUDAAPI cuCtxCreate(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
     gvm_hook_count(GVM_FN_cuCtxCreate);
-    if (!GVM_REAL(cuCtxCreate)) return CUDA_ERROR_NOT_SUPPORTED;
-    return noted(GVM_REAL(cuCtxCreate)(pctx, flags, dev), pctx, dev);
+    __typeof__(cuCtxCreate) *real = GVM_REAL_OPT(cuCtxCreate);
+    if (!real) return CUDA_ERROR_NOT_SUPPORTED;
+    return noted(real(pctx, flags, dev), pctx, dev);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuCtxCreate_v2(CUcontext *pctx, unsigned int flags, CUdevice dev)
 {
     gvm_hook_count(GVM_FN_cuCtxCreate_v2);
-    if (!GVM_REAL(cuCtxCreate_v2)) return CUDA_ERROR_NOT_SUPPORTED;
-    return noted(GVM_REAL(cuCtxCreate_v2)(pctx, flags, dev), pctx, dev);
+    __typeof__(cuCtxCreate_v2) *real = GVM_REAL_OPT(cuCtxCreate_v2);
+    if (!real) return CUDA_ERROR_NOT_SUPPORTED;
+    return noted(real(pctx, flags, dev), pctx, dev);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuCtxCreate_v3(CUcontext *pctx, CUexecAffinityParam *params, int nparams,
                                            unsigned int flags, CUdevice dev)
 {
     gvm_hook_count(GVM_FN_cuCtxCreate_v3);
-    if (!GVM_REAL(cuCtxCreate_v3)) return CUDA_ERROR_NOT_SUPPORTED;
-    return noted(GVM_REAL(cuCtxCreate_v3)(pctx, params, nparams, flags, dev), pctx, dev);
+    __typeof__(cuCtxCreate_v3) *real = GVM_REAL_OPT(cuCtxCreate_v3);
+    if (!real) return CUDA_ERROR_NOT_SUPPORTED;
+    return noted(real(pctx, params, nparams, flags, dev), pctx, dev);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuCtxCreate_v4(CUcontext *pctx, CUctxCreateParams *params, unsigned int flags,
                                            CUdevice dev)
 {
     gvm_hook_count(GVM_FN_cuCtxCreate_v4);
-    if (!GVM_REAL(cuCtxCreate_v4)) return CUDA_ERROR_NOT_SUPPORTED;
-    return noted(GVM_REAL(cuCtxCreate_v4)(pctx, params, flags, dev), pctx, dev);
+    __typeof__(cuCtxCreate_v4) *real = GVM_REAL_OPT(cuCtxCreate_v4);
+    if (!real) return CUDA_ERROR_NOT_SUPPORTED;
+    return noted(real(pctx, params, flags, dev), pctx, dev);
 }

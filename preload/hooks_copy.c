@@ -263,7 +263,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemcpyBatchAsync_v2(CUdeviceptr *d, CUdeviceptr *s
                                                   CUmemcpyAttributes *a, size_t *i, size_t n,
                                                   CUstream st)
 {
-    return batch(GVM_FN_cuMemcpyBatchAsync_v2, (void *)GVM_REAL(cuMemcpyBatchAsync_v2), false, d, s, z, c, a, i,
+    return batch(GVM_FN_cuMemcpyBatchAsync_v2, (void *)GVM_REAL_OPT(cuMemcpyBatchAsync_v2), false, d, s, z, c, a, i,
                  n, NULL, st);
 }
 
@@ -271,7 +271,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemcpyBatchAsync_v2_ptsz(CUdeviceptr *d, CUdevicep
                                                        size_t c, CUmemcpyAttributes *a, size_t *i,
                                                        size_t n, CUstream st)
 {
-    return batch(GVM_FN_cuMemcpyBatchAsync_v2_ptsz, (void *)GVM_REAL(cuMemcpyBatchAsync_v2_ptsz), false,
+    return batch(GVM_FN_cuMemcpyBatchAsync_v2_ptsz, (void *)GVM_REAL_OPT(cuMemcpyBatchAsync_v2_ptsz), false,
                  d, s, z, c, a, i, n, NULL, st);
 }
 
@@ -279,7 +279,7 @@ GVM_EXPORT CUresult CUDAAPI cuMemcpyBatchAsync(CUdeviceptr *d, CUdeviceptr *s, s
                                                CUmemcpyAttributes *a, size_t *i, size_t n, size_t *f,
                                                CUstream st)
 {
-    return batch(GVM_FN_cuMemcpyBatchAsync, (void *)GVM_REAL(cuMemcpyBatchAsync), true, d, s, z, c, a, i, n, f,
+    return batch(GVM_FN_cuMemcpyBatchAsync, (void *)GVM_REAL_OPT(cuMemcpyBatchAsync), true, d, s, z, c, a, i, n, f,
                  st);
 }
 
@@ -287,30 +287,42 @@ GVM_EXPORT CUresult CUDAAPI cuMemcpyBatchAsync_ptsz(CUdeviceptr *d, CUdeviceptr 
                                                     CUmemcpyAttributes *a, size_t *i, size_t n, size_t *f,
                                                     CUstream st)
 {
-    return batch(GVM_FN_cuMemcpyBatchAsync_ptsz, (void *)GVM_REAL(cuMemcpyBatchAsync_ptsz), true, d, s, z, c, a,
+    return batch(GVM_FN_cuMemcpyBatchAsync_ptsz, (void *)GVM_REAL_OPT(cuMemcpyBatchAsync_ptsz), true, d, s, z, c, a,
                  i, n, f, st);
 }
 
 /* ---- 3D batches --------------------------------------------------------- */
 
+/* The bytes of one element of a copy: 1 between two pointers; beside a
+ * CUDA array, the array's element (its descriptor asked for). Where that
+ * cannot be told, 1: a span no longer than the true one, so that no copy
+ * the driver would run is refused. */
+static size_t op_element(const CUDA_MEMCPY3D_BATCH_OP *op)
+{
+    const CUmemcpy3DOperand *a = op->src.type == CU_MEMCPY_OPERAND_TYPE_ARRAY ? &op->src
+                                 : op->dst.type == CU_MEMCPY_OPERAND_TYPE_ARRAY ? &op->dst
+                                                                                : NULL;
+    size_t elem = a ? gvm_shim_array_element_bytes(a->op.array.array) : 1;
+    return elem ? elem : 1;
+}
+
 /* Bytes from a pointer operand's base to one past the last byte a copy of
- * `e` touches. Elements are bytes between two pointers; beside a CUDA
- * array they are the array's elements (up to 16 bytes), which gvmshim
- * does not look up: counting them as bytes gives a span no longer than the
- * true one, so a copy is never refused that natively runs, and one past
- * the end by less than the element's size is left to the driver. */
-static size_t operand_extent(const CUmemcpy3DOperand *o, const CUextent3D *e)
+ * `e` elements of `elem` bytes touches (rows and layers of the operand's
+ * length, or packed where it gives 0). */
+static size_t operand_extent(const CUmemcpy3DOperand *o, const CUextent3D *e, size_t elem)
 {
     if (!e->width || !e->height || !e->depth) return 0;
     size_t row = o->op.ptr.rowLength ? o->op.ptr.rowLength : e->width;
     size_t layer = o->op.ptr.layerHeight ? o->op.ptr.layerHeight : e->height;
-    return mul_add(mul_add(e->depth - 1, layer, e->height - 1), row, e->width);
+    size_t elems = mul_add(mul_add(e->depth - 1, layer, e->height - 1), row, e->width);
+    return elems == HUGE_SPAN ? HUGE_SPAN : mul_add(elems, elem, 0);
 }
 
-static void use_operand(struct gvm_shim_uses *u, const CUmemcpy3DOperand *o, const CUextent3D *e, bool pair)
+static void use_operand(struct gvm_shim_uses *u, const CUmemcpy3DOperand *o, const CUextent3D *e, size_t elem,
+                        bool pair)
 {
     if (o->type == CU_MEMCPY_OPERAND_TYPE_POINTER)
-        gvm_shim_uses_add(u, o->op.ptr.ptr, operand_extent(o, e), pair);
+        gvm_shim_uses_add(u, o->op.ptr.ptr, operand_extent(o, e, elem), pair);
     else
         gvm_shim_uses_add(u, 0, 0, pair);   /* an array: not gvmshim's */
 }
@@ -325,8 +337,9 @@ static CUresult batch_3d(enum gvm_driver_fn fn, void *real, bool v1, size_t nops
     if (look && nops > BATCH_MAX) return CUDA_ERROR_INVALID_VALUE;
     if (!gvm_shim_uses_open(&u, look ? 2 * nops : 0)) return CUDA_ERROR_OUT_OF_MEMORY;
     for (size_t i = 0; look && i < nops && !u.bad; i++) {
-        use_operand(&u, &ops[i].dst, &ops[i].extent, false);
-        use_operand(&u, &ops[i].src, &ops[i].extent, true);
+        size_t elem = op_element(&ops[i]);
+        use_operand(&u, &ops[i].dst, &ops[i].extent, elem, false);
+        use_operand(&u, &ops[i].src, &ops[i].extent, elem, true);
     }
     CUresult rc = CUDA_ERROR_INVALID_VALUE;
     report_fail(fail_idx, &u, 2);
@@ -345,27 +358,27 @@ static CUresult batch_3d(enum gvm_driver_fn fn, void *real, bool v1, size_t nops
 GVM_EXPORT CUresult CUDAAPI cuMemcpy3DBatchAsync_v2(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, unsigned long long fl,
                                                     CUstream s)
 {
-    return batch_3d(GVM_FN_cuMemcpy3DBatchAsync_v2, (void *)GVM_REAL(cuMemcpy3DBatchAsync_v2), false, n, ops,
+    return batch_3d(GVM_FN_cuMemcpy3DBatchAsync_v2, (void *)GVM_REAL_OPT(cuMemcpy3DBatchAsync_v2), false, n, ops,
                     NULL, fl, s);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuMemcpy3DBatchAsync_v2_ptsz(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops,
                                                          unsigned long long fl, CUstream s)
 {
-    return batch_3d(GVM_FN_cuMemcpy3DBatchAsync_v2_ptsz, (void *)GVM_REAL(cuMemcpy3DBatchAsync_v2_ptsz), false,
+    return batch_3d(GVM_FN_cuMemcpy3DBatchAsync_v2_ptsz, (void *)GVM_REAL_OPT(cuMemcpy3DBatchAsync_v2_ptsz), false,
                     n, ops, NULL, fl, s);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuMemcpy3DBatchAsync(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *f,
                                                  unsigned long long fl, CUstream s)
 {
-    return batch_3d(GVM_FN_cuMemcpy3DBatchAsync, (void *)GVM_REAL(cuMemcpy3DBatchAsync), true, n, ops, f, fl, s);
+    return batch_3d(GVM_FN_cuMemcpy3DBatchAsync, (void *)GVM_REAL_OPT(cuMemcpy3DBatchAsync), true, n, ops, f, fl, s);
 }
 
 GVM_EXPORT CUresult CUDAAPI cuMemcpy3DBatchAsync_ptsz(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *f,
                                                       unsigned long long fl, CUstream s)
 {
-    return batch_3d(GVM_FN_cuMemcpy3DBatchAsync_ptsz, (void *)GVM_REAL(cuMemcpy3DBatchAsync_ptsz), true, n, ops,
+    return batch_3d(GVM_FN_cuMemcpy3DBatchAsync_ptsz, (void *)GVM_REAL_OPT(cuMemcpy3DBatchAsync_ptsz), true, n, ops,
                     f, fl, s);
 }
 

@@ -22,11 +22,12 @@ static struct gvm_region *use_value(CUdeviceptr addr, size_t n, bool *bad)
     GVM_EXPORT CUresult CUDAAPI fn(CUstream s, CUdeviceptr addr, type value, unsigned int flags) \
     {                                                                          \
         gvm_hook_count(GVM_FN_##fn);                                           \
-        if (!GVM_REAL(fn)) return CUDA_ERROR_NOT_SUPPORTED;                    \
+        __typeof__(fn) *real_ = GVM_REAL_OPT(fn);                              \
+        if (!real_) return CUDA_ERROR_NOT_SUPPORTED;                           \
         bool bad_ = false;                                                     \
         struct gvm_region *r_ = use_value(addr, sizeof(type), &bad_);          \
         if (bad_) return CUDA_ERROR_INVALID_VALUE;                             \
-        CUresult rc_ = GVM_REAL(fn)(s, addr, value, flags);                    \
+        CUresult rc_ = real_(s, addr, value, flags);                           \
         gvm_shim_used_end(r_);                                                 \
         return rc_;                                                            \
     }
@@ -58,13 +59,16 @@ static size_t op_bytes(const CUstreamBatchMemOpParams *op, CUdeviceptr *addr)
     }
 }
 
+#define MEMOP_BATCH_MAX 256u
+
 static CUresult batch_memop(enum gvm_driver_fn fn, __typeof__(cuStreamBatchMemOp_v2) *real, CUstream s,
                             unsigned count, CUstreamBatchMemOpParams *ops, unsigned flags)
 {
     gvm_hook_count(fn);
     if (!real) return CUDA_ERROR_NOT_SUPPORTED;
     struct gvm_shim_uses u;
-    bool look = gvm_shim_active() && ops;
+    /* cuda.h: fewer than 256 operations; more is the driver's to refuse. */
+    bool look = gvm_shim_active() && ops && count < MEMOP_BATCH_MAX;
     if (!gvm_shim_uses_open(&u, look ? count : 0)) return CUDA_ERROR_OUT_OF_MEMORY;
     for (unsigned i = 0; look && i < count && !u.bad; i++) {
         CUdeviceptr addr = 0;
@@ -84,7 +88,7 @@ static CUresult batch_memop(enum gvm_driver_fn fn, __typeof__(cuStreamBatchMemOp
     GVM_EXPORT CUresult CUDAAPI fn(CUstream s, unsigned int count, CUstreamBatchMemOpParams *ops, \
                                    unsigned int flags)                         \
     {                                                                          \
-        return batch_memop(GVM_FN_##fn, GVM_REAL(fn), s, count, ops, flags);   \
+        return batch_memop(GVM_FN_##fn, GVM_REAL_OPT(fn), s, count, ops, flags); \
     }
 
 BATCH_HOOK(cuStreamBatchMemOp)

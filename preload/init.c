@@ -71,6 +71,13 @@ void *gvm_shim_real_slow(enum gvm_driver_fn fn)
     return f;
 }
 
+void *gvm_shim_real_opt(enum gvm_driver_fn fn)
+{
+    void **slots = (void **)&gvm_drv;
+    if (gvm_shim_driver()) return slots[fn];
+    return gvm_real_dlsym(RTLD_NEXT, gvm_driver_names[fn]);
+}
+
 bool gvm_shim_tracks_launches(void) { return tracks_launches; }
 
 bool gvm_shim_driver(void)

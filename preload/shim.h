@@ -32,6 +32,15 @@ void *gvm_shim_real_slow(enum gvm_driver_fn fn);
     (__builtin_expect(gvm_drv.fn != NULL, 1) ? gvm_drv.fn                      \
                                              : (__typeof__(gvm_drv.fn))gvm_shim_real_slow(GVM_FN_##fn))
 
+/* The real entry point fn, or NULL when the driver lacks it: for hooks of
+ * entry points newer than some drivers (a program that finds gvmshim's
+ * export of one, dlsym(RTLD_DEFAULT, ...), is answered
+ * CUDA_ERROR_NOT_SUPPORTED, not ended as GVM_REAL would). */
+void *gvm_shim_real_opt(enum gvm_driver_fn fn);
+#define GVM_REAL_OPT(fn)                                                       \
+    (__builtin_expect(gvm_drv.fn != NULL, 1) ? gvm_drv.fn                      \
+                                             : (__typeof__(gvm_drv.fn))gvm_shim_real_opt(GVM_FN_##fn))
+
 /* True when gvmshim serves allocations: not disabled, driver loaded, core
  * started (starting it on first use, which needs cuInit done). */
 bool gvm_shim_serving(void);
@@ -119,6 +128,11 @@ void gvm_shim_uses_add(struct gvm_shim_uses *u, uintptr_t p, size_t n, bool pair
 /* Whether any announcement was gvmshim's (else the call passes through). */
 bool gvm_shim_uses_ours(const struct gvm_shim_uses *u);
 void gvm_shim_uses_close(struct gvm_shim_uses *u);
+
+/* Bytes of one element of format with `channels` channels, and of one
+ * element of a CUDA array; 0 when not known (preload/element.c). */
+size_t gvm_shim_element_bytes(CUarray_format format, unsigned channels);
+size_t gvm_shim_array_element_bytes(CUarray array);
 
 /* Whether the program enabled peer access from context `from` to `to`
  * (preload/hooks_peer.c); gvm_shim_peer_unknown: more pairs than recorded. */

@@ -403,11 +403,91 @@ static void a_copy_spanning_two_spilled_allocations_is_invalid(void)
     CUdeviceptr lo = a < b ? a : b;
     CHECK_EQ(cuMemcpyDtoD(dst, lo + BUF / 2, BUF), CUDA_ERROR_INVALID_VALUE);
     CHECK_EQ(cuMemcpyDtoD(lo + BUF / 2, dst, BUF), CUDA_ERROR_INVALID_VALUE);
+    /* Every device-to-device variant, from and into: the batches and the
+     * pitched ones compute their spans their own way. */
+    CUstream s;
+    CHECK_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    for (int v = 0; v < V_DTOH; v++) {
+        CUresult from = copy_with(v, dst, lo + BUF / 2, BUF, s, NULL);
+        CUresult into = copy_with(v, lo + BUF / 2, dst, BUF, s, NULL);
+        if (from != CUDA_ERROR_INVALID_VALUE || into != CUDA_ERROR_INVALID_VALUE)
+            fprintf(stderr, "%s across two allocations: from %d, into %d\n", variant_name[v], from, into);
+        CHECK_EQ(from, CUDA_ERROR_INVALID_VALUE);
+        CHECK_EQ(into, CUDA_ERROR_INVALID_VALUE);
+    }
     CHECK_EQ(cuMemsetD8(lo + BUF / 2, 0, BUF), CUDA_ERROR_INVALID_VALUE);
     CHECK_EQ(cuMemcpyDtoH(host_buf, lo + BUF / 2, BUF), CUDA_ERROR_INVALID_VALUE);
     expect(a, BUF, 0, 12, "first");
     expect(b, BUF, 0, 13, "second");
     expect(dst, BUF, 0, 14, "destination");
+}
+
+/* Small allocations share a chunk (small_max): the memory past one's end
+ * is its neighbour's, mapped, so only gvmshim's bound refuses a call that
+ * runs over, never the driver's view of the mapping. Every device-to-
+ * device copy variant and a texture; memory operations on the slot once
+ * the neighbour is freed. */
+#define SMALL (64 * 1024)
+
+static void calls_running_into_a_packed_neighbour_are_invalid(void)
+{
+    start();
+    CUstream s;
+    CHECK_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    CUdeviceptr a, b, dst;
+    CHECK_EQ(cuMemAlloc(&a, SMALL), CUDA_SUCCESS);
+    CHECK_EQ(cuMemAlloc(&b, SMALL), CUDA_SUCCESS);
+    CHECK_EQ(cuMemAlloc(&dst, 2 * SMALL), CUDA_SUCCESS);
+    gvm_status (*query)(const void *, gvm_info *) = (gvm_status(*)(const void *, gvm_info *))dlsym(RTLD_DEFAULT,
+                                                                                                  "gvm_query");
+    gvm_info ia, ib;
+    CHECK_EQ(query((void *)a, &ia), GVM_OK);
+    CHECK_EQ(query((void *)b, &ib), GVM_OK);
+    CHECK(ia.packed && ib.packed && ia.chunk_base == ib.chunk_base);
+    CUdeviceptr lo = a < b ? a : b, hi = a < b ? b : a;
+    CHECK_EQ(hi, lo + SMALL);   /* neighbours: the run-over lands in mapped memory */
+    fill(lo, SMALL, 70);
+    fill(hi, SMALL, 71);
+    fill(dst, 2 * SMALL, 72);
+    for (int v = 0; v < V_DTOH; v++) {
+        CUresult from = copy_with(v, dst, lo + SMALL / 2, SMALL, s, NULL);
+        CUresult into = copy_with(v, lo + SMALL / 2, dst, SMALL, s, NULL);
+        if (from != CUDA_ERROR_INVALID_VALUE || into != CUDA_ERROR_INVALID_VALUE)
+            fprintf(stderr, "%s into the neighbour: from %d, into %d\n", variant_name[v], from, into);
+        CHECK_EQ(from, CUDA_ERROR_INVALID_VALUE);
+        CHECK_EQ(into, CUDA_ERROR_INVALID_VALUE);
+    }
+    CUDA_RESOURCE_DESC res;
+    memset(&res, 0, sizeof res);
+    res.resType = CU_RESOURCE_TYPE_LINEAR;
+    res.res.linear.devPtr = lo;
+    res.res.linear.format = CU_AD_FORMAT_UNSIGNED_INT8;
+    res.res.linear.numChannels = 1;
+    res.res.linear.sizeInBytes = SMALL + 4096;
+    CUDA_TEXTURE_DESC desc;
+    memset(&desc, 0, sizeof desc);
+    CUtexObject tex;
+    CHECK_EQ(cuTexObjectCreate(&tex, &res, &desc, NULL), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+    expect(lo, SMALL, 0, 70, "the first");
+    expect(hi, SMALL, 0, 71, "the neighbour");
+    expect(dst, 2 * SMALL, 0, 72, "the destination");
+    /* The neighbour freed: its slot stays mapped in the chunk, but no
+     * allocation is there (natively freed memory is refused). */
+    CHECK_EQ(cuMemFree(hi), CUDA_SUCCESS);
+    CHECK_EQ(cuStreamWriteValue32_v2(s, hi, 7, 0), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(cuStreamWriteValue64_v2(s, hi + 8, 7, 0), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(cuStreamWaitValue32_v2(s, hi, 0, CU_STREAM_WAIT_VALUE_GEQ), CUDA_ERROR_INVALID_VALUE);
+    CUstreamBatchMemOpParams ops[2];
+    memset(ops, 0, sizeof ops);
+    ops[0].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    ops[0].writeValue.address = lo;
+    ops[0].writeValue.value = 0x01010101u;
+    ops[1].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+    ops[1].writeValue.address = hi;
+    CHECK_EQ(cuStreamBatchMemOp_v2(s, 2, ops, 0), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
+    expect(lo, SMALL, 0, 70, "the first, after a refused batch");
 }
 
 /* ---- another device ---- */
@@ -643,7 +723,7 @@ static void memory_operations_past_the_end_are_invalid_as_natively(void)
         CHECK_EQ(((write64_fn)memop("cuStreamWriteValue64", abi))(s, p + BUF, 1, 0), want);
         CHECK_EQ(((write32_fn)memop("cuStreamWaitValue32", abi))(s, p + BUF, 1, 0), want);
         CUstreamBatchMemOpParams ops[2] = {value_op(CU_STREAM_MEM_OP_WRITE_VALUE_32, p, 7),
-                                           value_op(CU_STREAM_MEM_OP_WRITE_VALUE_64, p + BUF - 4, 7)};
+                                           value_op(CU_STREAM_MEM_OP_WRITE_VALUE_64, p + BUF, 7)};
         CHECK_EQ(((batch_memop_fn)memop("cuStreamBatchMemOp", abi))(s, 2, ops, 0), want);
     }
     CHECK_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
@@ -683,6 +763,43 @@ static void a_textured_buffer_is_never_left_unmapped(void)
     CHECK_EQ(cuTexObjectDestroy(tex), CUDA_SUCCESS);
     CHECK_EQ(cuMemFree(p), CUDA_SUCCESS);
     CUdeviceptr q = spilled(BUF, 61);   /* spilled as any buffer is */
+    /* A texture running past the buffer: refused, and the buffer not kept. */
+    res.res.linear.devPtr = q;
+    res.res.linear.sizeInBytes = BUF + 4096;
+    CHECK_EQ(cuTexObjectCreate(&tex, &res, &desc, NULL), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(migrate((void *)q, 0), GVM_OK);
+    spill_all();
+    CHECK_EQ(simcuda_location_of(q), spilled_loc());
+    CHECK_EQ(cuMemFree(q), CUDA_SUCCESS);
+}
+
+/* A TMA tensor map encoded on spilled memory (and one re-pointed at
+ * another buffer): kernels read through the descriptor, so the same. */
+static void tensor_mapped_buffers_are_never_left_unmapped(void)
+{
+    start();
+    gvm_status (*migrate)(const void *, int) = (gvm_status(*)(const void *, int))dlsym(RTLD_DEFAULT, "gvm_migrate");
+    CUdeviceptr p = spilled(BUF, 62), q = spilled(BUF, 63);
+    CUtensorMap map;
+    cuuint64_t dim[2] = {BUF / 4096, 1024}, strides[1] = {4096 * 4};
+    cuuint32_t box[2] = {64, 64}, estrides[2] = {1, 1};
+    CHECK_EQ(cuTensorMapEncodeTiled(&map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 2, (void *)p, dim, strides, box, estrides,
+                                    CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                                    CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+             CUDA_SUCCESS);
+    CHECK(simcuda_location_of(p) != SIMCUDA_LOC_UNMAPPED);
+    CHECK_EQ(cuTensorMapReplaceAddress(&map, (void *)q), CUDA_SUCCESS);
+    CHECK(simcuda_location_of(q) != SIMCUDA_LOC_UNMAPPED);
+    for (int round = 0; round < 2; round++) {
+        CHECK_EQ(migrate((void *)p, 0), GVM_OK);
+        CHECK_EQ(migrate((void *)q, 0), GVM_OK);
+        spill_all();
+        CHECK_EQ(simcuda_location_of(p), SIMCUDA_LOC_HOST);
+        CHECK_EQ(simcuda_location_of(q), SIMCUDA_LOC_HOST);
+    }
+    expect(p, BUF, 0, 62, "tensor-mapped");
+    expect(q, BUF, 0, 63, "tensor-mapped after a replace");
+    CHECK_EQ(cuMemFree(p), CUDA_SUCCESS);
     CHECK_EQ(cuMemFree(q), CUDA_SUCCESS);
 }
 
@@ -766,6 +883,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(sets_into_spilled_memory_arrive_intact)
     TEST_ENTRY(past_the_end_of_spilled_memory_is_invalid_as_natively)
     TEST_ENTRY(a_copy_spanning_two_spilled_allocations_is_invalid)
+    TEST_ENTRY(calls_running_into_a_packed_neighbour_are_invalid)
     TEST_ENTRY(spilled_memory_is_copied_from_another_devices_context)
     TEST_ENTRY(copies_beside_another_threads_spills_lose_nothing)
     TEST_ENTRY(a_spill_waits_for_copies_queued_in_the_programs_own_context)
@@ -774,6 +892,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(batched_memory_operations_on_spilled_memory_arrive_intact)
     TEST_ENTRY(memory_operations_past_the_end_are_invalid_as_natively)
     TEST_ENTRY(a_textured_buffer_is_never_left_unmapped)
+    TEST_ENTRY(tensor_mapped_buffers_are_never_left_unmapped)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }

@@ -15,8 +15,8 @@
  *   context the program made (cuCtxCreate) and never allocated in, while
  *   the primary context's allocation spills the buffer it writes; a
  *   texture object made on spilled memory reads it, then and after the
- *   next spill; one value past the end of a buffer: invalid value in both
- *   runs. On driver
+ *   next spill; one value, and a texture 4 KiB, past the end of a buffer:
+ *   invalid value in both runs. On driver
  *   580 the CUDA 11 memory operations answer CUDA_ERROR_NOT_SUPPORTED in
  *   both runs (printed; the cpu suite covers their hooks). */
 #include "linked_cu.h"
@@ -405,6 +405,32 @@ static void textures_read_spilled_memory()
     CU(cuMemFree(sum));
 }
 
+/* A linear texture of 4 KiB more than a 3,000,000-byte buffer holds (the
+ * rest of its rounding, natively): the code is printed by both runs and
+ * must be invalid value in both. */
+static void a_texture_past_the_end()
+{
+    const size_t n = 3000000;
+    CUdeviceptr p;
+    CU(cuMemAlloc(&p, n));
+    cudaResourceDesc res;
+    memset(&res, 0, sizeof res);
+    res.resType = cudaResourceTypeLinear;
+    res.res.linear.devPtr = (void *)p;
+    res.res.linear.desc = cudaCreateChannelDesc<unsigned char>();
+    res.res.linear.sizeInBytes = n + 4096;
+    cudaTextureDesc desc;
+    memset(&desc, 0, sizeof desc);
+    desc.readMode = cudaReadModeElementType;
+    cudaTextureObject_t t = 0;
+    cudaError_t e = cudaCreateTextureObject(&t, &res, &desc, nullptr);
+    (void)cudaGetLastError();
+    printf("     a texture 4096 bytes past a %zu-byte buffer: %s\n", n, cudaGetErrorName(e));
+    if (e == cudaSuccess) CK(cudaDestroyTextureObject(t));
+    CU(cuMemFree(p));
+    EXPECT(e == cudaErrorInvalidValue, "%s: %s", gvm.present ? "under the shim" : "natively", cudaGetErrorName(e));
+}
+
 /* One 32-bit write just past the end of a 3,000,000-byte buffer, inside
  * the allocation's rounding: natively refused with CUDA_ERROR_INVALID_VALUE
  * (H100, driver 580, 2026-11-28), under the shim too, and the buffer
@@ -456,6 +482,7 @@ int main()
     r.run("batch_copies_move_spilled_memory", batch_copies_move_spilled_memory);
     r.run("spill_waits_for_a_context_the_program_made", spill_waits_for_a_context_the_program_made);
     r.run("textures_read_spilled_memory", textures_read_spilled_memory);
+    r.run("a_texture_past_the_end", a_texture_past_the_end);
     r.run("a_value_past_the_end", a_value_past_the_end);
     int ret = r.finish();
     cuDevicePrimaryCtxRelease(dev0);

@@ -379,6 +379,8 @@ static CUresult sim_copy_3d_batch(size_t n, CUDA_MEMCPY3D_BATCH_OP *ops, size_t 
     if (!ops || n == 0 || flags)
         return CUDA_ERROR_INVALID_VALUE;
     CUresult rc = sim_stream_dev(s, NULL);
+    if (rc != CUDA_SUCCESS && fail_idx)
+        *fail_idx = SIZE_MAX;   /* no copy in particular */
     for (size_t i = 0; i < n && rc == CUDA_SUCCESS; i++) {
         rc = sim_3d_op_check(&ops[i]);
         if (rc != CUDA_SUCCESS && fail_idx)

@@ -1,5 +1,6 @@
-/* Stream memory operations (and texture objects, below): 32 and 64-bit writes and waits on device
- * memory, alone or batched, in every ABI the driver exports. Work here
+/* Stream memory operations: 32 and 64-bit writes and waits on device
+ * memory, alone or batched, in every ABI the driver exports (and below,
+ * the other handles on memory: texture objects, TMA tensor maps). Work here
  * runs when queued, so a wait can only be one already satisfied: one that
  * is not fails with CUDA_ERROR_NOT_SUPPORTED (the sim cannot block the
  * stream), and a test must not rely on it. Capture is not simulated. */
@@ -151,4 +152,62 @@ CUresult CUDAAPI cuTexObjectCreate(CUtexObject *tex, const CUDA_RESOURCE_DESC *r
 CUresult CUDAAPI cuTexObjectDestroy(CUtexObject tex)
 {
     SIM_API(cuTexObjectDestroy, SIM_READ, tex ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE);
+}
+
+/* ---- TMA tensor maps: encoded on the host, nothing checked against any
+ * allocation (as the real encode); the address is kept in the map ------- */
+
+static CUresult sim_tensor_map(CUtensorMap *map, cuuint32_t rank, void *addr)
+{
+    if (!map || rank < 1 || rank > 5 || !addr || (uintptr_t)addr % 16)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset(map, 0, sizeof *map);
+    memcpy(map, &addr, sizeof addr);
+    return CUDA_SUCCESS;
+}
+
+CUresult CUDAAPI cuTensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, void *addr,
+                                        const cuuint64_t *dim, const cuuint64_t *strides, const cuuint32_t *box,
+                                        const cuuint32_t *estrides, CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                                        CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob)
+{
+    (void)type, (void)dim, (void)strides, (void)box, (void)estrides, (void)il, (void)sw, (void)l2, (void)oob;
+    SIM_API(cuTensorMapEncodeTiled, SIM_NOLOCK, sim_tensor_map(map, rank, addr));
+}
+
+CUresult CUDAAPI cuTensorMapEncodeIm2col(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank, void *addr,
+                                         const cuuint64_t *dim, const cuuint64_t *strides, const int *lower,
+                                         const int *upper, cuuint32_t channels, cuuint32_t pixels,
+                                         const cuuint32_t *estrides, CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                                         CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob)
+{
+    (void)type, (void)dim, (void)strides, (void)lower, (void)upper, (void)channels, (void)pixels, (void)estrides;
+    (void)il, (void)sw, (void)l2, (void)oob;
+    SIM_API(cuTensorMapEncodeIm2col, SIM_NOLOCK, sim_tensor_map(map, rank, addr));
+}
+
+CUresult CUDAAPI cuTensorMapEncodeIm2colWide(CUtensorMap *map, CUtensorMapDataType type, cuuint32_t rank,
+                                             void *addr, const cuuint64_t *dim, const cuuint64_t *strides, int lower,
+                                             int upper, cuuint32_t channels, cuuint32_t pixels,
+                                             const cuuint32_t *estrides, CUtensorMapInterleave il,
+                                             CUtensorMapIm2ColWideMode mode, CUtensorMapSwizzle sw,
+                                             CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob)
+{
+    (void)type, (void)dim, (void)strides, (void)lower, (void)upper, (void)channels, (void)pixels, (void)estrides;
+    (void)il, (void)mode, (void)sw, (void)l2, (void)oob;
+    SIM_API(cuTensorMapEncodeIm2colWide, SIM_NOLOCK, sim_tensor_map(map, rank, addr));
+}
+
+CUresult CUDAAPI cuTensorMapReplaceAddress(CUtensorMap *map, void *addr)
+{
+    SIM_API(cuTensorMapReplaceAddress, SIM_NOLOCK,
+            !map || !addr || (uintptr_t)addr % 16 ? CUDA_ERROR_INVALID_VALUE
+                                                  : (memcpy(map, &addr, sizeof addr), CUDA_SUCCESS));
+}
+
+/* CUDA arrays are not simulated: no handle names one. */
+CUresult CUDAAPI cuArray3DGetDescriptor_v2(CUDA_ARRAY3D_DESCRIPTOR *desc, CUarray array)
+{
+    (void)desc, (void)array;
+    SIM_API(cuArray3DGetDescriptor_v2, SIM_READ, CUDA_ERROR_INVALID_HANDLE);
 }

@@ -33,6 +33,13 @@ struct sim_versioned {
     int v2_from, legacy_from;
 };
 
+/* ... and those with a later ABI still: cuCtxCreate's _v4 (CUDA 12.5;
+ * its _v3 of 11.4 is not served: _v2 answers until 12.5). */
+static const struct sim_later {
+    const char *base, *suffix;
+    int from;
+} sim_later[] = {{"cuCtxCreate", "_v4", 12050}};
+
 static const struct sim_versioned sim_versioned[] = {
     {"cuMemAlloc", 3020, 0},          {"cuMemFree", 3020, 0},
     {"cuMemAllocPitch", 3020, 0},     {"cuMemGetInfo", 3020, 0},
@@ -49,13 +56,13 @@ static const struct sim_versioned sim_versioned[] = {
     {"cuMemsetD2D32", 3020, 0},       {"cuCtxPushCurrent", 4000, 0},
     {"cuCtxPopCurrent", 4000, 0},     {"cuStreamDestroy", 4000, 0},
     {"cuEventDestroy", 4000, 0},      {"cuDevicePrimaryCtxRelease", 11000, 0},
-    {"cuMemcpyBatchAsync", 13000, 0}, {"cuGetProcAddress", 12000, 11030},
+    {"cuMemcpyBatchAsync", 13000, 12080}, {"cuGetProcAddress", 12000, 11030},
     {"cuStreamBeginCapture", 10010, 0},
     {"cuIpcOpenMemHandle", 11000, 0}, {"cuDevicePrimaryCtxReset", 11000, 0},
     {"cuCtxDestroy", 4000, 0},        {"cuCtxCreate", 3020, 0},
     {"cuStreamWriteValue32", 11070, 0}, {"cuStreamWaitValue32", 11070, 0},
     {"cuStreamWriteValue64", 11070, 0}, {"cuStreamWaitValue64", 11070, 0},
-    {"cuStreamBatchMemOp", 11070, 0}, {"cuMemcpy3DBatchAsync", 13000, 0},
+    {"cuStreamBatchMemOp", 11070, 0}, {"cuMemcpy3DBatchAsync", 13000, 12080},
 };
 
 #define SIM_COUNT(a) (sizeof(a) / sizeof((a)[0]))
@@ -94,8 +101,11 @@ static CUdriverProcAddressQueryResult sim_resolve(const char *symbol, int versio
     *fn = NULL;
     if (v && version < v->legacy_from)
         return CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT;
-    if ((size_t)snprintf(name, sizeof name, v && version >= v->v2_from ? "%s_v2" : "%s",
-                         symbol) >= sizeof name)
+    const char *suffix = !v || version < v->v2_from ? "" : "_v2";
+    for (size_t i = 0; v && i < SIM_COUNT(sim_later); i++)
+        if (!strcmp(sim_later[i].base, symbol) && version >= sim_later[i].from)
+            suffix = sim_later[i].suffix;
+    if ((size_t)snprintf(name, sizeof name, "%s%s", symbol, suffix) >= sizeof name)
         return CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
     const struct sim_export *twin = sim_pt_twin(name);
     if ((flags & CU_GET_PROC_ADDRESS_PER_THREAD_DEFAULT_STREAM) && version >= 7000 && twin)

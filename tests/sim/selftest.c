@@ -1051,6 +1051,9 @@ static void test_procaddr(void)
     CHECK(proc("cuMemcpyBatchAsync", 13000, PT, 0, OK) ==
           sym(lib, "cuMemcpyBatchAsync_v2_ptsz"));
     CHECK(proc("cuMemcpyBatchAsync", 12080, 0, 0, OK) == sym(lib, "cuMemcpyBatchAsync"));
+    proc("cuMemcpy3DBatchAsync", 12070, 0, CUDA_ERROR_NOT_FOUND, CU_GET_PROC_ADDRESS_VERSION_NOT_SUFFICIENT);
+    CHECK(proc("cuCtxCreate", 12050, 0, 0, OK) == sym(lib, "cuCtxCreate_v4"));
+    CHECK(proc("cuCtxCreate", 11000, 0, 0, OK) == sym(lib, "cuCtxCreate_v2"));
     CHECK(proc("cuStreamWriteValue32", 12000, PT, 0, OK) == sym(lib, "cuStreamWriteValue32_v2_ptsz"));
     CHECK(proc("cuStreamBatchMemOp", 11000, 0, 0, OK) == sym(lib, "cuStreamBatchMemOp"));
     CHECK(proc("cuGetProcAddress", 12000, 0, 0, OK) == sym(lib, "cuGetProcAddress_v2"));
