@@ -425,8 +425,8 @@ static void a_copy_spanning_two_spilled_allocations_is_invalid(void)
 /* Small allocations share a chunk (small_max): the memory past one's end
  * is its neighbour's, mapped, so only gvmshim's bound refuses a call that
  * runs over, never the driver's view of the mapping. Every device-to-
- * device copy variant and a texture; memory operations on the slot once
- * the neighbour is freed. */
+ * device copy variant, and memory operations on the slot once the
+ * neighbour is freed. */
 #define SMALL (64 * 1024)
 
 static void calls_running_into_a_packed_neighbour_are_invalid(void)
@@ -457,17 +457,6 @@ static void calls_running_into_a_packed_neighbour_are_invalid(void)
         CHECK_EQ(from, CUDA_ERROR_INVALID_VALUE);
         CHECK_EQ(into, CUDA_ERROR_INVALID_VALUE);
     }
-    CUDA_RESOURCE_DESC res;
-    memset(&res, 0, sizeof res);
-    res.resType = CU_RESOURCE_TYPE_LINEAR;
-    res.res.linear.devPtr = lo;
-    res.res.linear.format = CU_AD_FORMAT_UNSIGNED_INT8;
-    res.res.linear.numChannels = 1;
-    res.res.linear.sizeInBytes = SMALL + 4096;
-    CUDA_TEXTURE_DESC desc;
-    memset(&desc, 0, sizeof desc);
-    CUtexObject tex;
-    CHECK_EQ(cuTexObjectCreate(&tex, &res, &desc, NULL), CUDA_ERROR_INVALID_VALUE);
     CHECK_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
     expect(lo, SMALL, 0, 70, "the first");
     expect(hi, SMALL, 0, 71, "the neighbour");
@@ -763,13 +752,6 @@ static void a_textured_buffer_is_never_left_unmapped(void)
     CHECK_EQ(cuTexObjectDestroy(tex), CUDA_SUCCESS);
     CHECK_EQ(cuMemFree(p), CUDA_SUCCESS);
     CUdeviceptr q = spilled(BUF, 61);   /* spilled as any buffer is */
-    /* A texture running past the buffer: refused, and the buffer not kept. */
-    res.res.linear.devPtr = q;
-    res.res.linear.sizeInBytes = BUF + 4096;
-    CHECK_EQ(cuTexObjectCreate(&tex, &res, &desc, NULL), CUDA_ERROR_INVALID_VALUE);
-    CHECK_EQ(migrate((void *)q, 0), GVM_OK);
-    spill_all();
-    CHECK_EQ(simcuda_location_of(q), spilled_loc());
     CHECK_EQ(cuMemFree(q), CUDA_SUCCESS);
 }
 
