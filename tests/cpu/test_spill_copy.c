@@ -842,6 +842,15 @@ static void copies_beside_another_threads_spills_lose_nothing(void)
         CHECK_EQ(cuMemcpyHtoDAsync(a, mine, BUF, s), CUDA_SUCCESS);
         CHECK_EQ(cuMemcpyDtoDAsync(b + OFF, a + MiB, LEN, s), CUDA_SUCCESS);
         CHECK_EQ(cuMemsetD32Async(a + BUF - MiB, 0x01020304, MiB / 4, s), CUDA_SUCCESS);
+        /* The other ways in: a value written, a batch and a 3D batch copy. */
+        CHECK_EQ(cuStreamWriteValue32_v2(s, a + BUF - 8, (cuuint32_t)round, 0), CUDA_SUCCESS);
+        CUdeviceptr bd[1] = {b}, bs[1] = {a + MiB};
+        size_t bz[1] = {4096}, idx = 0;
+        CUmemcpyAttributes attr = {0};
+        attr.srcAccessOrder = CU_MEMCPY_SRC_ACCESS_ORDER_STREAM;
+        CHECK_EQ(cuMemcpyBatchAsync_v2(bd, bs, bz, 1, &attr, &idx, 1, s), CUDA_SUCCESS);
+        CUDA_MEMCPY3D_BATCH_OP op = batch_op_3d(b + 2 * MiB, a + MiB, 8192);
+        CHECK_EQ(cuMemcpy3DBatchAsync_v2(1, &op, 0, s), CUDA_SUCCESS);
         CHECK_EQ(cuMemcpyDtoHAsync(out_buf, b + OFF, LEN, s), CUDA_SUCCESS);
         CHECK_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);
         for (size_t i = 0; i < LEN; i++)
@@ -851,6 +860,13 @@ static void copies_beside_another_threads_spills_lose_nothing(void)
             }
         CHECK_EQ(cuMemcpyDtoH(out_buf, a + BUF - MiB, 4), CUDA_SUCCESS);
         CHECK_EQ(out_buf[0], 0x04);
+        uint32_t w = 0;
+        CHECK_EQ(cuMemcpyDtoH(&w, a + BUF - 8, 4), CUDA_SUCCESS);
+        CHECK_EQ(w, (uint32_t)round);
+        CHECK_EQ(cuMemcpyDtoH(out_buf, b, 4096), CUDA_SUCCESS);
+        for (size_t i = 0; i < 4096; i++) CHECK_EQ(out_buf[i], byte_at(MiB + i, seed));
+        CHECK_EQ(cuMemcpyDtoH(out_buf, b + 2 * MiB, 8192), CUDA_SUCCESS);
+        for (size_t i = 0; i < 8192; i++) CHECK_EQ(out_buf[i], byte_at(MiB + i, seed));
     }
     __atomic_store_n(&stop_churn, 1, __ATOMIC_RELEASE);
     pthread_join(t, NULL);
