@@ -10,6 +10,7 @@
 #define _GNU_SOURCE
 #include "gvmshim.h"
 #include "linked.h"
+#include "../memop_params.h"
 #include "simcuda.h"
 
 #include <dlfcn.h>
@@ -639,22 +640,6 @@ static void memory_operations_on_spilled_memory_arrive_intact(void)
     CHECK_EQ(simcuda_unmapped_in_flight(), 0);
 }
 
-static CUstreamBatchMemOpParams value_op(CUstreamBatchMemOpType kind, CUdeviceptr at, uint64_t v)
-{
-    CUstreamBatchMemOpParams op;
-    memset(&op, 0, sizeof op);
-    op.operation = kind;
-    if (kind == CU_STREAM_MEM_OP_WAIT_VALUE_32 || kind == CU_STREAM_MEM_OP_WAIT_VALUE_64) {
-        op.waitValue.address = at;
-        op.waitValue.value64 = v;
-        op.waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
-    } else {
-        op.writeValue.address = at;
-        op.writeValue.value64 = v;
-    }
-    return op;
-}
-
 /* A batch over two spilled buffers: writes into one, a wait on the other,
  * a barrier; every ABI. */
 static void batched_memory_operations_on_spilled_memory_arrive_intact(void)
@@ -672,9 +657,9 @@ static void batched_memory_operations_on_spilled_memory_arrive_intact(void)
         CHECK_EQ(simcuda_location_of(a), spilled_loc());
         CHECK_EQ(simcuda_location_of(b), spilled_loc());
         CUstreamBatchMemOpParams ops[4] = {
-            value_op(CU_STREAM_MEM_OP_WAIT_VALUE_32, b + MiB, word_at(MiB, 52)),
-            value_op(CU_STREAM_MEM_OP_WRITE_VALUE_32, a + OFF, 0xcafef00du),
-            value_op(CU_STREAM_MEM_OP_WRITE_VALUE_64, a + BUF - 8, 0x1122334455667788ull),
+            test_value_op(CU_STREAM_MEM_OP_WAIT_VALUE_32, b + MiB, word_at(MiB, 52)),
+            test_value_op(CU_STREAM_MEM_OP_WRITE_VALUE_32, a + OFF, 0xcafef00du),
+            test_value_op(CU_STREAM_MEM_OP_WRITE_VALUE_64, a + BUF - 8, 0x1122334455667788ull),
         };
         ops[3].memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
         ops[3].memoryBarrier.flags = CU_STREAM_MEMORY_BARRIER_TYPE_SYS;
@@ -711,8 +696,8 @@ static void memory_operations_past_the_end_are_invalid_as_natively(void)
         CHECK_EQ(((write32_fn)memop("cuStreamWriteValue32", abi))(s, p + BUF, 1, 0), want);
         CHECK_EQ(((write64_fn)memop("cuStreamWriteValue64", abi))(s, p + BUF, 1, 0), want);
         CHECK_EQ(((write32_fn)memop("cuStreamWaitValue32", abi))(s, p + BUF, 1, 0), want);
-        CUstreamBatchMemOpParams ops[2] = {value_op(CU_STREAM_MEM_OP_WRITE_VALUE_32, p, 7),
-                                           value_op(CU_STREAM_MEM_OP_WRITE_VALUE_64, p + BUF, 7)};
+        CUstreamBatchMemOpParams ops[2] = {test_value_op(CU_STREAM_MEM_OP_WRITE_VALUE_32, p, 7),
+                                           test_value_op(CU_STREAM_MEM_OP_WRITE_VALUE_64, p + BUF, 7)};
         CHECK_EQ(((batch_memop_fn)memop("cuStreamBatchMemOp", abi))(s, 2, ops, 0), want);
     }
     CHECK_EQ(cuStreamSynchronize(s), CUDA_SUCCESS);

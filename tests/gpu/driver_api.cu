@@ -142,19 +142,9 @@ int main()
     /* Before this process touches CUDA (the case forks). */
     r.run("meminfo_first", meminfo_first, false);
     /* Driver API only until the first interposed call. */
-    CUresult rc = cuInit(0);
-    int n = 0;
-    if (rc == CUDA_SUCCESS) rc = cuDeviceGetCount(&n);
-    if (rc != CUDA_SUCCESS || n <= 0) {
-        printf("SKIP: no CUDA device (cuInit/cuDeviceGetCount -> %d, %d devices)\n0 passed, 0 failed\n", (int)rc, n);
-        return 77;
-    }
     CUdevice dev;
-    if (cuDeviceGet(&dev, 0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&ctx, dev) != CUDA_SUCCESS ||
-        cuCtxSetCurrent(ctx) != CUDA_SUCCESS) {
-        printf("SKIP: cannot make device 0's primary context current\n0 passed, 0 failed\n");
-        return 77;
-    }
+    int n = 0;
+    if (int skip = linked_start(&dev, &ctx, &n)) return skip;
     gvm = load_gvm();
     printf("%d device(s); gvmshim API %s\n", n, gvm.present ? "present" : "absent (native run)");
     r.run("alloc_copy_set_free", alloc_copy_set_free);

@@ -20,6 +20,7 @@
  *   580 the CUDA 11 memory operations answer CUDA_ERROR_NOT_SUPPORTED in
  *   both runs (printed; the cpu suite covers their hooks). */
 #include "linked_cu.h"
+#include "../memop_params.h"
 
 using namespace gt;
 
@@ -168,22 +169,6 @@ static void waits_on_present_values_are_met()
     CU(cuStreamDestroy(s));
 }
 
-static CUstreamBatchMemOpParams value_op(CUstreamBatchMemOpType kind, CUdeviceptr at, uint64_t v)
-{
-    CUstreamBatchMemOpParams op;
-    memset(&op, 0, sizeof op);
-    op.operation = kind;
-    if (kind == CU_STREAM_MEM_OP_WAIT_VALUE_32 || kind == CU_STREAM_MEM_OP_WAIT_VALUE_64) {
-        op.waitValue.address = at;
-        op.waitValue.value64 = v;
-        op.waitValue.flags = CU_STREAM_WAIT_VALUE_EQ;
-    } else {
-        op.writeValue.address = at;
-        op.writeValue.value64 = v;
-    }
-    return op;
-}
-
 static void batched_operations_land()
 {
     CUstream s;
@@ -193,9 +178,9 @@ static void batched_operations_land()
         spill_all();
         require_spilled(a);
         CUstreamBatchMemOpParams ops[4] = {
-            value_op(CU_STREAM_MEM_OP_WAIT_VALUE_32, b + MiB, 0x32323232u),
-            value_op(CU_STREAM_MEM_OP_WRITE_VALUE_32, a + 5 * MiB, 0xcafef00du),
-            value_op(CU_STREAM_MEM_OP_WRITE_VALUE_64, a + BUF - 8, 0x1122334455667788ull),
+            test_value_op(CU_STREAM_MEM_OP_WAIT_VALUE_32, b + MiB, 0x32323232u),
+            test_value_op(CU_STREAM_MEM_OP_WRITE_VALUE_32, a + 5 * MiB, 0xcafef00du),
+            test_value_op(CU_STREAM_MEM_OP_WRITE_VALUE_64, a + BUF - 8, 0x1122334455667788ull),
             {},
         };
         ops[3].memoryBarrier.operation = CU_STREAM_MEM_OP_BARRIER;
@@ -461,18 +446,8 @@ static void a_value_past_the_end()
 int main()
 {
     watchdog(200);
-    CUresult rc = cuInit(0);
     int n = 0;
-    if (rc == CUDA_SUCCESS) rc = cuDeviceGetCount(&n);
-    if (rc != CUDA_SUCCESS || n <= 0) {
-        printf("SKIP: no CUDA device (cuInit/cuDeviceGetCount -> %d, %d devices)\n0 passed, 0 failed\n", (int)rc, n);
-        return 77;
-    }
-    if (cuDeviceGet(&dev0, 0) != CUDA_SUCCESS || cuDevicePrimaryCtxRetain(&primary, dev0) != CUDA_SUCCESS ||
-        cuCtxSetCurrent(primary) != CUDA_SUCCESS) {
-        printf("SKIP: cannot make device 0's primary context current\n0 passed, 0 failed\n");
-        return 77;
-    }
+    if (int skip = linked_start(&dev0, &primary, &n)) return skip;
     gvm = load_gvm();
     printf("%d device(s); gvmshim API %s\n", n, gvm.present ? "present" : "absent (native run)");
     Runner r;
