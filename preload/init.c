@@ -20,6 +20,7 @@
 
 #include <dlfcn.h>
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,7 +56,13 @@ GVM_NO_SANITIZE void *gvm_real_dlsym(void *handle, const char *name)
 
 bool gvm_shim_loading(void) { return loading; }
 
-bool gvm_cfg_disabled(void) { return gvm_cfg.disable; }
+static void configured_now(void);
+
+bool gvm_cfg_disabled(void)
+{
+    configured_now();
+    return gvm_cfg.disable;
+}
 
 void *gvm_shim_real_slow(enum gvm_driver_fn fn)
 {
@@ -78,13 +85,18 @@ void *gvm_shim_real_opt(enum gvm_driver_fn fn)
     return gvm_real_dlsym(RTLD_NEXT, gvm_driver_names[fn]);
 }
 
-bool gvm_shim_tracks_launches(void) { return tracks_launches; }
+bool gvm_shim_tracks_launches(void)
+{
+    configured_now();
+    return tracks_launches;
+}
 
 bool gvm_shim_driver(void)
 {
     int st = __atomic_load_n(&driver_state, __ATOMIC_ACQUIRE);
     if (st) return st > 0;
     if (loading) return false;          /* libcuda's own start-up calling back */
+    configured_now();                   /* the driver's path is configuration */
     pthread_mutex_lock(&start_lock);
     if (!__atomic_load_n(&driver_state, __ATOMIC_RELAXED)) {
         char err[256];
@@ -174,7 +186,7 @@ static void log_line(const char *line, void *arg)
     gvm_debug("config: %s", line);
 }
 
-__attribute__((constructor)) static void gvm_shim_configure(void)
+static void configure(void)
 {
     char err[GVM_CFG_ERR_MAX];
     if (gvm_config_load(&gvm_cfg, environ, err, sizeof err)) {
@@ -193,6 +205,17 @@ __attribute__((constructor)) static void gvm_shim_configure(void)
     pthread_atfork(NULL, NULL, after_fork_child);
     if (gvm_log_get_level() >= GVM_LOG_DEBUG) gvm_config_dump_lines(&gvm_cfg, log_line, NULL);
 }
+
+/* Configured by the constructor, or by the first hook called before it: a
+ * library the program needs runs its constructors before a preloaded
+ * one's, and one that calls the driver there would find no configuration
+ * (an empty libcuda path: dlopen("") is the program, whose lookups find
+ * gvmshim's own hooks, and the driver table would call itself). */
+static pthread_once_t configured = PTHREAD_ONCE_INIT;
+
+static void configured_now(void) { pthread_once(&configured, configure); }
+
+__attribute__((constructor)) static void gvm_shim_configure(void) { configured_now(); }
 
 __attribute__((destructor)) static void gvm_shim_report(void)
 {

@@ -129,9 +129,8 @@ void gvm_shim_uses_add(struct gvm_shim_uses *u, uintptr_t p, size_t n, bool pair
 bool gvm_shim_uses_ours(const struct gvm_shim_uses *u);
 void gvm_shim_uses_close(struct gvm_shim_uses *u);
 
-/* Bytes of one element of format with `channels` channels, and of one
- * element of a CUDA array; 0 when not known (preload/element.c). */
-size_t gvm_shim_element_bytes(CUarray_format format, unsigned channels);
+/* Bytes of one element of a CUDA array; 0 when not known
+ * (preload/element.c). */
 size_t gvm_shim_array_element_bytes(CUarray array);
 
 /* Whether the program enabled peer access from context `from` to `to`
