@@ -134,7 +134,10 @@ static CUresult slab_new(int device, int cidx, int tag, CUcontext ctx, struct gv
     GVM_STORE(r->home, device);
     r->ctx = ctx;
     GVM_STORE(r->tag, tag);
-    GVM_STORE(r->slab, s);
+    /* Released: a lock-free lookup holding a stale pointer to a record
+     * recycled into this chunk may read r->slab before r->state tells it
+     * apart, and must then see s whole (gvm_slab_find). */
+    __atomic_store_n(&r->slab, s, __ATOMIC_RELEASE);
     if ((rc = gvm_region_grow(r, chunk, device)) != CUDA_SUCCESS) goto unreserve;
     if (gvm_region_publish(r)) { rc = CUDA_ERROR_OUT_OF_MEMORY; goto unmap; }
     s->chunk = r;
@@ -262,7 +265,7 @@ claimed:
 bool gvm_slab_find(const struct gvm_region *r, uintptr_t p, uintptr_t *base, size_t *size, int *slot)
 {
     /* Lock-free: s may be retired meanwhile, but its class never changes. */
-    const struct gvm_slab *s = GVM_LOAD(r->slab);
+    const struct gvm_slab *s = __atomic_load_n(&r->slab, __ATOMIC_ACQUIRE);
     uintptr_t rbase = GVM_LOAD(r->base);
     if (!s || p < rbase) return false;
     /* No division by a loaded value on the lookup path: the class is a
@@ -281,7 +284,7 @@ bool gvm_slab_find(const struct gvm_region *r, uintptr_t p, uintptr_t *base, siz
 
 size_t gvm_slab_live_bases(const struct gvm_region *r, uintptr_t *out, size_t max)
 {
-    const struct gvm_slab *s = GVM_LOAD(r->slab);
+    const struct gvm_slab *s = __atomic_load_n(&r->slab, __ATOMIC_ACQUIRE);
     if (!s) return 0;
     uintptr_t rbase = GVM_LOAD(r->base);
     size_t n = 0;
@@ -537,6 +540,6 @@ void gvm_slab_renew_ids(struct gvm_region *r)
 
 uint64_t gvm_slab_buffer_id(const struct gvm_region *r, int slot)
 {
-    const struct gvm_slab *s = GVM_LOAD(r->slab);
+    const struct gvm_slab *s = __atomic_load_n(&r->slab, __ATOMIC_ACQUIRE);
     return s ? GVM_LOAD(s->ids[slot]) : 0;
 }
