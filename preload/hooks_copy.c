@@ -70,8 +70,8 @@ static inline void count_pass(struct gvm_region *a, struct gvm_region *b)
             rc_ = GVM_REAL(fn) args;                                           \
             if (granted_on_refusal(rc_, a_, b_)) rc_ = GVM_REAL(fn) args; \
         }                                                                      \
-        gvm_shim_used_end(a_);                                                         \
-        gvm_shim_used_end(b_);                                                         \
+        gvm_shim_used_end(a_);                                                 \
+        gvm_shim_used_end(b_);                                                 \
         return rc_;                                                            \
     }
 
@@ -191,8 +191,8 @@ static struct gvm_region *use_side(const struct side *s, size_t w, size_t h, siz
             rc_ = GVM_REAL(fn) args;                                           \
             if (granted_on_refusal(rc_, a_, b_)) rc_ = GVM_REAL(fn) args; \
         }                                                                      \
-        gvm_shim_used_end(a_);                                                         \
-        gvm_shim_used_end(b_);                                                         \
+        gvm_shim_used_end(a_);                                                 \
+        gvm_shim_used_end(b_);                                                 \
         return rc_;                                                            \
     }
 
@@ -221,11 +221,20 @@ static bool batch_granted(CUresult rc, const struct gvm_shim_uses *u)
     return again;
 }
 
-/* The first entry whose span was refused (the one announced last), for a
- * batch that reports it in *failIdx; `per`: announcements per entry. */
-static void report_fail(size_t *fail_idx, const struct gvm_shim_uses *u, size_t per)
+/* The first copy whose span was refused (announced last, two
+ * announcements a copy), for a batch that reports it in *failIdx. */
+static void report_fail(size_t *fail_idx, const struct gvm_shim_uses *u)
 {
-    if (fail_idx && u->bad) *fail_idx = (u->n - 1) / per;
+    if (fail_idx && u->bad) *fail_idx = (u->n - 1) / 2;
+}
+
+static CUresult batch_once(void *real, bool v1, CUdeviceptr *dsts, CUdeviceptr *srcs, size_t *sizes, size_t count,
+                           CUmemcpyAttributes *attrs, size_t *idxs, size_t nattrs, size_t *fail_idx, CUstream s)
+{
+    if (v1)
+        return ((__typeof__(cuMemcpyBatchAsync) *)real)(dsts, srcs, sizes, count, attrs, idxs, nattrs, fail_idx,
+                                                          s);
+    return ((__typeof__(cuMemcpyBatchAsync_v2) *)real)(dsts, srcs, sizes, count, attrs, idxs, nattrs, s);
 }
 
 /* The CUDA 13 batch copy (_v2; real is one) and CUDA 12.8's (v1: real
@@ -245,15 +254,13 @@ static CUresult batch(enum gvm_driver_fn fn, void *real, bool v1, CUdeviceptr *d
         gvm_shim_uses_add(&u, srcs[i], sizes[i], true);
     }
     CUresult rc = CUDA_ERROR_INVALID_VALUE;
-    report_fail(fail_idx, &u, 2);
-    for (int round = 0; !u.bad && round < 2; round++) {
-        if (!round && !gvm_shim_uses_ours(&u)) gvm_stat_local_inc(passthrough_calls);
-        if (v1)
-            rc = ((__typeof__(cuMemcpyBatchAsync) *)real)(dsts, srcs, sizes, count, attrs, idxs, nattrs, fail_idx,
-                                                           s);
-        else
-            rc = ((__typeof__(cuMemcpyBatchAsync_v2) *)real)(dsts, srcs, sizes, count, attrs, idxs, nattrs, s);
-        if (round || !batch_granted(rc, &u)) break;
+    report_fail(fail_idx, &u);
+    if (!u.bad) {
+        if (!gvm_shim_uses_ours(&u)) gvm_stat_local_inc(passthrough_calls);
+        for (int tries = 0; tries < 2; tries++) {   /* once more after a grant (batch_granted) */
+            rc = batch_once(real, v1, dsts, srcs, sizes, count, attrs, idxs, nattrs, fail_idx, s);
+            if (!batch_granted(rc, &u)) break;
+        }
     }
     gvm_shim_uses_close(&u);
     return rc;
@@ -327,6 +334,13 @@ static void use_operand(struct gvm_shim_uses *u, const CUmemcpy3DOperand *o, con
         gvm_shim_uses_add(u, 0, 0, pair);   /* an array: not gvmshim's */
 }
 
+static CUresult batch_3d_once(void *real, bool v1, size_t nops, CUDA_MEMCPY3D_BATCH_OP *ops, size_t *fail_idx,
+                              unsigned long long flags, CUstream s)
+{
+    if (v1) return ((__typeof__(cuMemcpy3DBatchAsync) *)real)(nops, ops, fail_idx, flags, s);
+    return ((__typeof__(cuMemcpy3DBatchAsync_v2) *)real)(nops, ops, flags, s);
+}
+
 static CUresult batch_3d(enum gvm_driver_fn fn, void *real, bool v1, size_t nops, CUDA_MEMCPY3D_BATCH_OP *ops,
                          size_t *fail_idx, unsigned long long flags, CUstream s)
 {
@@ -342,14 +356,13 @@ static CUresult batch_3d(enum gvm_driver_fn fn, void *real, bool v1, size_t nops
         use_operand(&u, &ops[i].src, &ops[i].extent, elem, true);
     }
     CUresult rc = CUDA_ERROR_INVALID_VALUE;
-    report_fail(fail_idx, &u, 2);
-    for (int round = 0; !u.bad && round < 2; round++) {
-        if (!round && !gvm_shim_uses_ours(&u)) gvm_stat_local_inc(passthrough_calls);
-        if (v1)
-            rc = ((__typeof__(cuMemcpy3DBatchAsync) *)real)(nops, ops, fail_idx, flags, s);
-        else
-            rc = ((__typeof__(cuMemcpy3DBatchAsync_v2) *)real)(nops, ops, flags, s);
-        if (round || !batch_granted(rc, &u)) break;
+    report_fail(fail_idx, &u);
+    if (!u.bad) {
+        if (!gvm_shim_uses_ours(&u)) gvm_stat_local_inc(passthrough_calls);
+        for (int tries = 0; tries < 2; tries++) {   /* once more after a grant (batch_granted) */
+            rc = batch_3d_once(real, v1, nops, ops, fail_idx, flags, s);
+            if (!batch_granted(rc, &u)) break;
+        }
     }
     gvm_shim_uses_close(&u);
     return rc;
@@ -403,7 +416,7 @@ static inline size_t set_span(size_t pitch, size_t w, size_t elem, size_t h)
         count_pass(a_, NULL);                                                  \
         CUresult rc_ = GVM_REAL(fn) args;                                      \
         if (granted_on_refusal(rc_, a_, NULL)) rc_ = GVM_REAL(fn) args; \
-        gvm_shim_used_end(a_);                                                         \
+        gvm_shim_used_end(a_);                                                 \
         return rc_;                                                            \
     }
 #define SET_DS(fn, sig, args, span) SET_HOOK(fn, sig, args, span) SET_HOOK(fn##_ptds, sig, args, span)

@@ -10,12 +10,14 @@
 #include "preload/shim.h"
 
 /* Announces the region at p for a call that makes a handle on it; NULL
- * when p is not gvmshim's. *unmapped: it could not be mapped (the call
- * must not be made). */
-static struct gvm_region *use_for_handle(uintptr_t p, size_t n, bool *bad, bool *unmapped)
+ * when p is not in a live allocation of gvmshim's (the driver judges the
+ * address and the span). *unmapped: it could not be mapped (the call must
+ * not be made). */
+static struct gvm_region *use_for_handle(uintptr_t p, bool *unmapped)
 {
+    bool outside = false;
     uint64_t tick = 0;
-    struct gvm_region *r = gvm_shim_use_span(p, n, bad, &tick, NULL);
+    struct gvm_region *r = p ? gvm_shim_use_span(p, 1, &outside, &tick, NULL) : NULL;
     *unmapped = r && gvm_policy_unmapped(r);
     return r;
 }
@@ -51,9 +53,8 @@ GVM_EXPORT CUresult CUDAAPI cuTexObjectCreate(CUtexObject *tex, const CUDA_RESOU
     gvm_hook_count(GVM_FN_cuTexObjectCreate);
     __typeof__(cuTexObjectCreate) *real = GVM_REAL_OPT(cuTexObjectCreate);
     if (!real) return CUDA_ERROR_NOT_SUPPORTED;
-    CUdeviceptr p = resource_ptr(res);
-    bool bad = false, unmapped = false;
-    struct gvm_region *r = p ? use_for_handle(p, 1, &bad, &unmapped) : NULL;
+    bool unmapped;
+    struct gvm_region *r = use_for_handle(resource_ptr(res), &unmapped);
     if (unmapped) return handle_made(CUDA_ERROR_OUT_OF_MEMORY, r);
     return handle_made(real(tex, res, desc, view), r);
 }
@@ -69,8 +70,8 @@ GVM_EXPORT CUresult CUDAAPI cuTexObjectCreate(CUtexObject *tex, const CUDA_RESOU
         gvm_hook_count(GVM_FN_##fn);                                           \
         __typeof__(fn) *real_ = GVM_REAL_OPT(fn);                              \
         if (!real_) return CUDA_ERROR_NOT_SUPPORTED;                           \
-        bool bad_ = false, unmapped_ = false;                                  \
-        struct gvm_region *r_ = use_for_handle((uintptr_t)globalAddress, 1, &bad_, &unmapped_); \
+        bool unmapped_;                                                        \
+        struct gvm_region *r_ = use_for_handle((uintptr_t)globalAddress, &unmapped_); \
         if (unmapped_) return handle_made(CUDA_ERROR_OUT_OF_MEMORY, r_);       \
         return handle_made(real_ args, r_);                                    \
     }

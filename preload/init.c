@@ -85,11 +85,10 @@ void *gvm_shim_real_opt(enum gvm_driver_fn fn)
     return gvm_real_dlsym(RTLD_NEXT, gvm_driver_names[fn]);
 }
 
-bool gvm_shim_tracks_launches(void)
-{
-    configured_now();
-    return tracks_launches;
-}
+/* Read after the configuration without asking for it: the resolvers ask
+ * gvm_cfg_disabled first, and a launch hook scans only once the core runs
+ * (every launch pays nothing more). */
+bool gvm_shim_tracks_launches(void) { return tracks_launches; }
 
 bool gvm_shim_driver(void)
 {

@@ -21,4 +21,18 @@ static void start(void)
     CHECK_EQ(cuCtxSetCurrent(ctx), CUDA_SUCCESS);
 }
 
+/* A native allocation of n bytes: cuMemAllocAsync from a pool the program
+ * made current stays with the driver, so a test compares gvmshim's answer
+ * with the driver's own. */
+static inline CUdeviceptr driver_alloc(size_t n)
+{
+    CUdeviceptr p = 0;
+    CUmemoryPool def;
+    CHECK_EQ(cuDeviceGetDefaultMemPool(&def, 0), CUDA_SUCCESS);
+    CHECK_EQ(cuDeviceSetMemPool(0, (CUmemoryPool)0x77), CUDA_SUCCESS);
+    CHECK_EQ(cuMemAllocAsync(&p, n, NULL), CUDA_SUCCESS);
+    CHECK_EQ(cuDeviceSetMemPool(0, def), CUDA_SUCCESS);
+    return p;
+}
+
 #endif

@@ -31,12 +31,7 @@ static CUdeviceptr shim_alloc(size_t n)
 
 static CUdeviceptr native_alloc(size_t n)
 {
-    CUdeviceptr p = 0;
-    CUmemoryPool def;
-    CHECK_EQ(cuDeviceGetDefaultMemPool(&def, 0), CUDA_SUCCESS);
-    CHECK_EQ(cuDeviceSetMemPool(0, (CUmemoryPool)0x77), CUDA_SUCCESS);
-    CHECK_EQ(cuMemAllocAsync(&p, n, NULL), CUDA_SUCCESS);
-    CHECK_EQ(cuDeviceSetMemPool(0, def), CUDA_SUCCESS);
+    CUdeviceptr p = driver_alloc(n);
     gvm_info info;
     CHECK_EQ(GVM(gvm_query)((void *)p, &info), GVM_ERR_UNKNOWN_POINTER);
     return p;

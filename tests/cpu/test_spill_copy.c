@@ -336,17 +336,6 @@ static void sets_into_spilled_memory_arrive_intact(void)
 
 /* ---- bad spans ---- */
 
-/* A native allocation (stays with the driver: a pool the program made). */
-static CUdeviceptr native_alloc(size_t n)
-{
-    CUdeviceptr p = 0;
-    CUmemoryPool def;
-    CHECK_EQ(cuDeviceGetDefaultMemPool(&def, 0), CUDA_SUCCESS);
-    CHECK_EQ(cuDeviceSetMemPool(0, (CUmemoryPool)0x77), CUDA_SUCCESS);
-    CHECK_EQ(cuMemAllocAsync(&p, n, NULL), CUDA_SUCCESS);
-    CHECK_EQ(cuDeviceSetMemPool(0, def), CUDA_SUCCESS);
-    return p;
-}
 
 /* One byte past the end of a spilled buffer, from it and into it, with
  * every variant: the native answer, and nothing written. */
@@ -355,7 +344,7 @@ static void past_the_end_of_spilled_memory_is_invalid_as_natively(void)
     start();
     CUstream s;
     CHECK_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    CUdeviceptr nat = native_alloc(BUF), other = native_alloc(BUF);
+    CUdeviceptr nat = driver_alloc(BUF), other = driver_alloc(BUF);
     for (int v = 0; v < NVARIANTS; v++) {
         bool into = v == V_HTOD || v == V_HTOD_ASYNC;
         CUresult want = into ? copy_with(v, nat + BUF / 2, 0, BUF / 2 + 4, s, host_buf)
@@ -688,7 +677,7 @@ static void memory_operations_past_the_end_are_invalid_as_natively(void)
     start();
     CUstream s;
     CHECK_EQ(cuStreamCreate(&s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
-    CUdeviceptr nat = native_alloc(BUF);
+    CUdeviceptr nat = driver_alloc(BUF);
     CUresult want = cuStreamWriteValue32_v2(s, nat + BUF, 1, 0);
     CHECK_EQ(want, CUDA_ERROR_INVALID_VALUE);
     CUdeviceptr p = spilled(BUF, 53);
