@@ -5,7 +5,9 @@
  * nvidia-smi sees it. */
 #include "preload/shim.h"
 
+#include "core/decoy.h"
 #include "core/direct.h"
+#include "core/heap.h"
 #include "core/held.h"
 #include "policy/place.h"
 
@@ -50,4 +52,22 @@ GVM_EXPORT CUresult CUDAAPI cuMemRelease(CUmemGenericAllocationHandle h)
     if (!counted) return rc;
     if (rc == CUDA_SUCCESS || !gvm_direct_remember(h, dev, bytes)) gvm_held_release(dev, bytes);
     return rc;
+}
+
+/* cuMemAlloc memory has no allocation handle, and the driver refuses to
+ * retain one for it: NCCL's user-buffer registration then leaves the
+ * buffer unregistered (or exports it through legacy IPC, with
+ * NCCL_LEGACY_CUDA_REGISTER=1). gvmshim's memory answers the same. The
+ * handle the driver would give is one piece's, which neither covers the
+ * extent cuMemGetAddressRange reports (a peer that maps that extent with
+ * it fails with CUDA_ERROR_NOT_SUPPORTED) nor follows the memory when it
+ * moves. The refusal is the driver's own for an address where nothing is
+ * mapped (core/decoy.h). */
+GVM_EXPORT CUresult CUDAAPI cuMemRetainAllocationHandle(CUmemGenericAllocationHandle *h, void *addr)
+{
+    gvm_hook_count(GVM_FN_cuMemRetainAllocationHandle);
+    if (gvm_shim_active() && gvm_heap_region((uintptr_t)addr))
+        return GVM_REAL(cuMemRetainAllocationHandle)(h, (void *)gvm_decoy_for((uintptr_t)addr));
+    gvm_stat_local_inc(passthrough_calls);
+    return GVM_REAL(cuMemRetainAllocationHandle)(h, addr);
 }

@@ -236,6 +236,17 @@ static inline void pt_attributes_all(const char *cas, const struct pt_subject *s
     pt_row(cas, "cuPointerGetAttributes", "documented-batch", rc, val);
 }
 
+/* Whether the address has an allocation handle to retain, as NCCL's
+ * user-buffer registration asks (cuMemAlloc memory has none). A handle
+ * retained is released at once. */
+static inline void pt_retain(const char *cas, uintptr_t p)
+{
+    CUmemGenericAllocationHandle h = 0;
+    CUresult rc = cuMemRetainAllocationHandle(&h, (void *)p);
+    if (rc == CUDA_SUCCESS) cuMemRelease(h);
+    pt_row(cas, "cuMemRetainAllocationHandle", "-", rc, "-");
+}
+
 /* More queries at every point (the gpu program adds the runtime's). */
 static void (*pt_extra)(const char *cas, const struct pt_subject *s, uintptr_t p);
 
@@ -246,6 +257,7 @@ static inline void pt_point(const char *cas, const struct pt_subject *s, uintptr
     for (size_t i = 0; i < PT_NATTRS; i++) pt_attribute(cas, s, p, &pt_attrs[i]);
     for (size_t i = 0; i < PT_NATTRS; i++) pt_attributes_one(cas, s, p, &pt_attrs[i]);
     pt_attributes_all(cas, s, p);
+    pt_retain(cas, p);
     if (pt_extra) pt_extra(cas, s, p);   /* last: the runtime makes a context current */
 }
 
