@@ -117,7 +117,8 @@ int gvm_config_load_as(struct gvm_config *cfg, char *const *envp, const char *fi
             if (gvm_cfg_read_file(cfg, text, label, err, errlen)) return -1;
         }
     }
-    return apply_env(cfg, envp, err, errlen);
+    if (apply_env(cfg, envp, err, errlen)) return -1;
+    return gvm_cfg_apply_cluster_limit(cfg, envp, err, errlen);
 }
 
 int gvm_config_load_from(struct gvm_config *cfg, char *const *envp, const char *file, char *err,
