@@ -249,6 +249,7 @@ static void round_device(const struct gvm_config *cfg, int d)
     GVM_SHARE_SET(&s->f, held, gvm_policy_usage(d));
     GVM_SHARE_SET(&s->f, min, cfg->share_min);
     GVM_SHARE_SET(&s->f, weight, weight_of(cfg));
+    GVM_SHARE_SET(&s->f, budget, budget_of(cfg, d));
     if (busy) GVM_SHARE_SET(&s->f, active_ns, now);
     GVM_SHARE_SET(&s->f, beat_ns, now);
     int n = gvm_share_peers(&s->f, p);

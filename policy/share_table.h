@@ -31,6 +31,7 @@ struct gvm_share_slot {
     uint64_t grew_ns;     /* when it last took memory others gave */
     uint64_t gave;        /* bytes it gave back for others, in all */
     uint64_t gave_to;     /* the pid it last made room for */
+    uint64_t budget;      /* the budget it keeps to (its share_budget less memory outside) */
 };
 
 struct gvm_share_table {
