@@ -53,8 +53,23 @@ static const struct gvm_share_table *map_table(const char *path)
     return t;
 }
 
+/* A process that has exited but that its parent has not reaped yet holds
+ * no memory: /proc shows it as a zombie. */
+static bool exited(int pid)
+{
+    char path[64], buf[512];
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return false;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *p = strrchr(buf, ')');
+    return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
+}
+
 /* kill refuses another user's live process in a group directory. */
-static bool alive(int pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM); }
+static bool alive(int pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM) && !exited(pid); }
 
 static void show(const char *name, const struct gvm_share_table *t, bool json, bool *first)
 {
