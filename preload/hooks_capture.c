@@ -2,7 +2,7 @@
  * (core/capture.h), which then refuses device-wide waits on the capturing
  * device, so nothing gvmshim does for one thread breaks another thread's
  * (or the same thread's) capture. The work those waits were for is done
- * without them or after the capture: see README "Graph capture". */
+ * without them or after the capture: see docs/capture.md. */
 #include "preload/shim.h"
 
 #include "core/capture.h"

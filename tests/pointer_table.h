@@ -1,4 +1,4 @@
-/* The pointer-answer table (issue 7, part 3), shared by the cpu suite (C,
+/* The pointer-answer table (docs/how-it-works.md), shared by the cpu suite (C,
  * against the simulated driver) and the gpu suite (CUDA C++): every query
  * gvmshim answers — cuMemGetAddressRange, cuPointerGetAttribute for every
  * attribute, cuPointerGetAttributes one attribute at a time and all at

@@ -1,4 +1,4 @@
-/* One-off probe for the speed issue: why creating a resume's device memory
+/* Probe (bench/RESULTS.md): why creating a resume's device memory
  * beside its copies still costs most of the creation (2026-11-26, two
  * H100s: an 8 GiB resume's copy+remap phase grew by ~20 ms when its 25 ms
  * of creation moved beside the copies). Copies 8 GiB from pinned host

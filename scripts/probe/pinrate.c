@@ -1,4 +1,4 @@
-/* One-off probe for the speed issue's cold moves: a move to host right
+/* Probe of cold moves (bench/RESULTS.md): a move to host right
  * after start pays for creating pinned host memory (cuMemCreate of host
  * memory: 4.75 GB/s on one thread, no faster on four, H100 2026-11-23),
  * where the goal wants half the link (~25 GB/s). How fast can pinned host

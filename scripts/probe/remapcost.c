@@ -1,4 +1,4 @@
-/* One-off probe, for the speed issue's open questions:
+/* Probe of what the driver charges (bench/RESULTS.md, "What we learned"):
  *  1. grow: does asking for an exportable handle (POSIX fd, RDMA) make
  *     cuMemCreate/cuMemMap/cuMemSetAccess of 8 GiB slower than a plain one?
  *  2. spill remaps: mapping 128 MiB of host memory at a region's address,

@@ -16,7 +16,7 @@ process, gvmshim's swaps included. Per profiled step it prints:
 then the longest stretches without a copy in, with what runs meanwhile.
 A profiled step runs ~10 % slower than an unprofiled one, and the first
 profiled step may run much slower (the profiler starting): read the last.
-bench/RESULTS.md, "2026-11-27, fourth session", reads one.
+bench/RESULTS.md, "What we learned", reads one.
     GVM_DEVICE_LIMIT=4G GVM_SPILL=host GVM_SPILL_HOST_MAP=lazy \
         scripts/gvmrun -- python3 scripts/probe/step-timeline.py \
         [--foreach] [--warmup 20] [--steps 3] [--trace out.json]"""

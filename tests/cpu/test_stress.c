@@ -383,8 +383,8 @@ static void everything_at_once_keeps_data(void)
     run(work, w, WORKERS, true);
 }
 
-/* The shape of the report in issue 8: small allocations freed and made
- * while spilled chunks are promoted back every millisecond. */
+/* Small allocations freed and made while spilled chunks are promoted back
+ * every millisecond. */
 static void *churn_small(void *arg)
 {
     struct worker *w = arg;

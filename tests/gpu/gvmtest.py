@@ -246,7 +246,7 @@ def suite_main(title, module, handlers, cases):
         print("0 passed, 1 failed")
         return 1
     r = Runner(title)
-    # GVM_TEST_CASES=a,b runs only those (a device session short of time).
+    # GVM_TEST_CASES=a,b runs only those (to rerun a few cases quickly).
     only = [c for c in os.environ.get("GVM_TEST_CASES", "").split(",") if c]
     for name, fn in cases:
         if not only or name in only:

@@ -1,4 +1,4 @@
-/* Pointer queries answer exactly as natively (issue 7, part 3) on a real
+/* Pointer queries answer exactly as natively (docs/supported.md) on a real
  * driver: the table of tests/pointer_table.h, plus cudaPointerGetAttributes
  * at every point, run natively (cudaMalloc memory) and under the shim
  * ($GVM_TEST_LIB preloaded), compared line by line; any difference other
