@@ -37,6 +37,9 @@ static CUresult read_device(int d)
     dev->vmm = attr(CU_DEVICE_ATTRIBUTE_VIRTUAL_MEMORY_MANAGEMENT_SUPPORTED, d);
     dev->posix_fd = attr(CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED, d);
     dev->rdma = attr(CU_DEVICE_ATTRIBUTE_GPU_DIRECT_RDMA_WITH_CUDA_VMM_SUPPORTED, d);
+    dev->pci[0] = attr(CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID, d);
+    dev->pci[1] = attr(CU_DEVICE_ATTRIBUTE_PCI_BUS_ID, d);
+    dev->pci[2] = attr(CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID, d);
     CUresult rc = DRV(cuDeviceTotalMem_v2, &dev->total, d);
     if (rc != CUDA_SUCCESS) return rc;
     dev->gran = dev->vmm ? granularity(CU_MEM_LOCATION_TYPE_DEVICE, d) : 0;
@@ -157,6 +160,15 @@ void gvm_topo_pop(void)
 {
     CUcontext c;
     DRV(cuCtxPopCurrent_v2, &c);
+}
+
+size_t gvm_topo_used(int dev)
+{
+    size_t free_bytes = 0, total = 0;
+    if (!gvm_drv.cuMemGetInfo_v2 || gvm_topo_push(dev) != CUDA_SUCCESS) return SIZE_MAX;
+    CUresult rc = DRV(cuMemGetInfo_v2, &free_bytes, &total);
+    gvm_topo_pop();
+    return rc == CUDA_SUCCESS && total >= free_bytes ? total - free_bytes : SIZE_MAX;
 }
 
 CUstream gvm_topo_stream_made(int dev, int dir) { return __atomic_load_n(&gvm_topo.dev[dev].stream[dir], __ATOMIC_ACQUIRE); }

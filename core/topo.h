@@ -17,6 +17,7 @@ struct gvm_device {
     bool rdma;            /* handles may be gpuDirectRDMACapable */
     size_t total;         /* bytes of memory */
     size_t gran;          /* allocation granularity */
+    int pci[3];           /* PCI domain, bus, device: one name in every process */
     CUcontext ctx;        /* primary context, retained on first use */
     /* gvmshim's copy streams in ctx, one per direction (GVM_INTO/GVM_OUT_OF
      * the device), so a move in and a move out run on both copy engines at
@@ -82,6 +83,10 @@ void gvm_topo_resetting(int dev);
 /* Makes dev's primary context current on this thread; gvm_topo_pop undoes. */
 CUresult gvm_topo_push(int dev);
 void gvm_topo_pop(void);
+
+/* Bytes of dev's memory in use by every process, as the device reports
+ * them (SIZE_MAX: unknown). */
+size_t gvm_topo_used(int dev);
 
 enum { GVM_INTO = 0, GVM_OUT_OF = 1 };
 

@@ -105,6 +105,7 @@ enum {
     GVM_ORIGIN_ENV = -1,
     GVM_ORIGIN_PROGRAM = -2,    /* gvm_config_set(), or a file given to the loader */
     GVM_ORIGIN_CONTROL = -3,    /* changed in the running process by gvmctl set */
+    GVM_ORIGIN_CLUSTER = -4,    /* CUDA_DEVICE_MEMORY_LIMIT[_<i>] (policy/config_cluster.c) */
 };
 
 struct gvm_config {

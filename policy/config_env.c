@@ -93,6 +93,16 @@ static bool has_gvm_env(char *const *envp)
 
 bool gvm_config_privileged(void) { return getauxval(AT_SECURE) != 0; }
 
+/* Sharing gives memory back by spilling it to host: spill comes on with it
+ * where it was left off by default (an explicit spill=off stays off, and
+ * the processes then only refuse, as natively, past what fits). */
+static void share_spills(struct gvm_config *cfg)
+{
+    if (!cfg->share || cfg->origin[GVM_OPT_spill] != GVM_ORIGIN_DEFAULT || cfg->spill.n) return;
+    cfg->spill.n = 1;
+    cfg->spill.target[0] = GVM_SPILL_HOST;
+}
+
 int gvm_config_load_as(struct gvm_config *cfg, char *const *envp, const char *file,
                        bool privileged, char *err, size_t errlen)
 {
@@ -117,7 +127,9 @@ int gvm_config_load_as(struct gvm_config *cfg, char *const *envp, const char *fi
             if (gvm_cfg_read_file(cfg, text, label, err, errlen)) return -1;
         }
     }
-    return apply_env(cfg, envp, err, errlen);
+    if (apply_env(cfg, envp, err, errlen)) return -1;
+    share_spills(cfg);
+    return gvm_cfg_apply_cluster_limit(cfg, envp, err, errlen);
 }
 
 int gvm_config_load_from(struct gvm_config *cfg, char *const *envp, const char *file, char *err,

@@ -39,6 +39,9 @@ bool gvm_cfg_allow_none(const struct gvm_option_info *o);
 
 /* A size without "none". */
 int gvm_cfg_scan_size(const char *s, size_t *out, char *why, size_t n);
+/* device_limit from a GPU-sharing layer's variables, where no explicit one
+ * was given (policy/config_cluster.c). */
+int gvm_cfg_apply_cluster_limit(struct gvm_config *cfg, char *const *envp, char *err, size_t errlen);
 
 /* An ordinal 0..63; -1 when s is anything else. */
 int gvm_cfg_scan_ordinal(const char *s);

@@ -123,6 +123,8 @@ void gvm_config_dump_lines(const struct gvm_config *cfg,
             snprintf(from, sizeof from, "set by the program");
         else if (origin == GVM_ORIGIN_CONTROL)
             snprintf(from, sizeof from, "set by gvmctl");
+        else if (origin == GVM_ORIGIN_CLUSTER)
+            snprintf(from, sizeof from, "CUDA_DEVICE_MEMORY_LIMIT (a GPU-sharing layer's)");
         else
             snprintf(from, sizeof from, "default");
         gvm_cfg_bprintf(line, sizeof line, "%s%s = %s  # %s%s", i == GVM_OPT_config ? "# " : "",

@@ -596,6 +596,12 @@ static int check_option(int id, const union any_value *v, char *why, size_t n)
         }
         break;
     }
+    case GVM_OPT_share_weight:
+        if (!(v->v_ratio_pct >= 0.1 && v->v_ratio_pct <= 100.0)) {
+            gvm_cfg_bprintf(why, n, "must be between 0.1 and 100");
+            return -1;
+        }
+        break;
     case GVM_OPT_headroom:
         if (!(v->v_ratio_pct >= 0.0 && v->v_ratio_pct <= 10.0)) {
             gvm_cfg_bprintf(why, n, "must be between 0%% and 1000%%");

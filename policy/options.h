@@ -132,7 +132,29 @@
       "per location to, in the Chrome trace-event format (Perfetto); empty: "  \
       "off")                                                                   \
     X(trace_max, size, "64M", start,                                           \
-      "the trace file stops growing at this size (at least 4K)")
+      "the trace file stops growing at this size (at least 4K)")               \
+    X(share, bool, "0", start,                                                 \
+      "share each device's memory with the other processes under gvmshim "     \
+      "that use the same share_dir: together they hold at most "               \
+      "share_budget; one that needs memory the budget lacks has the others "   \
+      "give back their least recently used memory, idle ones first (turns "    \
+      "spill=host on where spill is off)")                                     \
+    X(share_dir, path, "", start,                                              \
+      "the directory of the shared state (empty: the private runtime "         \
+      "directory, $XDG_RUNTIME_DIR/gvmshim or /tmp/gvmshim-UID: processes of " \
+      "the same user; a directory an administrator made for a group, mode "    \
+      "2770, shares between its members)")                                     \
+    X(share_budget, size_pct_dev, "none", live,                                \
+      "what the sharing processes hold together on each device (none: the "   \
+      "device's memory less 1 GiB for contexts and memory outside gvmshim)")   \
+    X(share_min, size, "0", live,                                              \
+      "memory this process keeps on each device however much others need")    \
+    X(share_weight, ratio_pct, "1", live,                                      \
+      "among idle processes, and among busy ones, those of lower weight give " \
+      "way first (0.1 to 100)")                                                \
+    X(share_wait, millis, "2s", live,                                          \
+      "how long an allocation waits for other processes to give memory back " \
+      "before it spills this process's own least recently used memory")
 
 /* Types that are a set of words: E(type, VALUES), where VALUES(V) lists
  * V(ENUMERATOR, word). The C enum is enum gvm_cfg_<type>, in list order. */

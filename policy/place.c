@@ -11,6 +11,7 @@
 #include "policy/policy.h"
 #include "policy/promote.h"
 #include "policy/recur.h"
+#include "policy/share.h"
 #include "policy/spill.h"
 #include "policy/tags.h"
 
@@ -25,6 +26,7 @@ CUresult gvm_policy_start(const struct gvm_config *cfg)
     gvm_recur_reset();   /* a new policy learns the program afresh */
     gvm_heap_set_cache_idle(cfg->cache_idle * 1000000u);
     if (cfg->spill.n && cfg->promote) gvm_promoter_start();
+    gvm_share_start(cfg);
     return CUDA_SUCCESS;
 }
 
@@ -68,6 +70,7 @@ CUresult gvm_policy_alloc(size_t size, int device, CUcontext ctx, int tag, uintp
     bool spill = gvm_policy_cfg()->spill.n > 0;
     bool limited = pl.loc != device || gvm_policy_limited(device) || spill;
     if (!limited) return gvm_heap_alloc(size, device, ctx, &pl, tag, out);
+    if (!gvm_policy_fits(pl.loc, need) && gvm_share_active(pl.loc)) gvm_share_make_room(pl.loc, need);
     if (!gvm_policy_fits(pl.loc, need) && gvm_heap_trim(pl.loc) && gvm_policy_fits(pl.loc, need))
         gvm_debug("released idle memory on %d to fit %zu bytes", pl.loc, size);
     CUresult rc = CUDA_ERROR_OUT_OF_MEMORY;

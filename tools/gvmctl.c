@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "ctl/server.h"
 #include "policy/config.h"
+#include "tools/gvmctl_share.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -28,6 +29,7 @@ static const char *const manual =
     "    gvmctl resume PID [TAG]\n"
     "    gvmctl migrate PID (TAG|--all) (DEVICE|host)\n"
     "    gvmctl top [--interval SECONDS] [--count N]\n"
+    "    gvmctl share [--dir DIR] [--json]\n"
     "    gvmctl --help\n"
     "\n"
     "DESCRIPTION\n"
@@ -66,6 +68,11 @@ static const char *const manual =
     "              or that are paused stay, and the exit status says so.\n"
     "    top       list, refreshed every --interval seconds (1), with the rate\n"
     "              at which each process moves memory; --count N stops after N\n"
+    "    share     the processes sharing each device's memory (GVM_SHARE=1):\n"
+    "              the budget, and per process what it holds, its guaranteed\n"
+    "              minimum and weight, when it last used its memory, what it\n"
+    "              gave back for others and to whom; read from the shared\n"
+    "              state in --dir (GVM_SHARE_DIR, else the runtime directory)\n"
     "\n"
     "OPTIONS\n"
     "    --json    machine-readable output\n"
@@ -112,7 +119,7 @@ static int usage(void)
     fputs("usage: gvmctl list [--json] | stats PID [--json] | set PID KEY=VALUE... |\n"
           "              pause PID [TAG] [--discard|--unmapped] | resume PID [TAG] |\n"
           "              migrate PID (TAG|--all) (DEVICE|host) |\n"
-          "              top [--interval S] [--count N] | --help\n",
+          "              top [--interval S] [--count N] | share [--dir DIR] [--json] | --help\n",
           stderr);
     return 2;
 }
@@ -501,6 +508,21 @@ static int cmd_set(int argc, char **argv)
     return one(argv[0], GVM_CTL_SET, p, len, true);
 }
 
+static int cmd_share(int argc, char **argv)
+{
+    char dir[4096] = "";
+    bool json = false;
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--json")) json = true;
+        else if (!strcmp(argv[i], "--dir") && i + 1 < argc) snprintf(dir, sizeof dir, "%s", argv[++i]);
+        else return usage();
+    }
+    const char *env = getenv("GVM_SHARE_DIR");
+    if (!dir[0] && env && env[0]) snprintf(dir, sizeof dir, "%s", env);
+    if (!dir[0] && gvm_ctl_dir(dir, sizeof dir, false)) return fail("no runtime directory: give --dir");
+    return gvmctl_share(dir, json);
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2) return usage();
@@ -516,6 +538,7 @@ int main(int argc, char **argv)
     if (!strcmp(cmd, "pause")) return cmd_pause_resume(argc - 2, argv + 2, true);
     if (!strcmp(cmd, "resume")) return cmd_pause_resume(argc - 2, argv + 2, false);
     if (!strcmp(cmd, "migrate")) return cmd_migrate(argc - 2, argv + 2);
+    if (!strcmp(cmd, "share")) return cmd_share(argc - 2, argv + 2);
     fail("unknown command '%s'", cmd);
     return usage();
 }

@@ -1006,6 +1006,46 @@ static void test_tool(const char *tool)
     CHECK(run_tool(extra, env_none, out, sizeof out, errb, sizeof errb) == 2);
 }
 
+/* A GPU-sharing layer's limit (HAMi, KAI's hamicore): CUDA_DEVICE_MEMORY_LIMIT
+ * for every device, CUDA_DEVICE_MEMORY_LIMIT_<i> for one, in MiB with an m
+ * suffix as the device plugins write it; an explicit device_limit wins. */
+static void test_cluster_limit(void)
+{
+    ENV_OK("CUDA_DEVICE_MEMORY_LIMIT", "8192m");
+    CHECK(gvm_cfg_device_value(&cfg.device_limit, 0, 80 * GIB) == 8 * GIB);
+    CHECK(gvm_cfg_device_value(&cfg.device_limit, 5, 80 * GIB) == 8 * GIB);
+    CHECK(cfg.origin[GVM_OPT_device_limit] == GVM_ORIGIN_CLUSTER);
+    CHECK(strstr(dump(&cfg), "device_limit = 8G  # CUDA_DEVICE_MEMORY_LIMIT") != NULL);
+
+    const char *per[] = {"CUDA_DEVICE_MEMORY_LIMIT_1=2g", "CUDA_DEVICE_MEMORY_LIMIT=4096m",
+                         "CUDA_DEVICE_MEMORY_LIMIT_3=0", NULL};
+    CHECK(load_envv(per) == 0);
+    CHECK(gvm_cfg_device_value(&cfg.device_limit, 0, 80 * GIB) == 4 * GIB);
+    CHECK(gvm_cfg_device_value(&cfg.device_limit, 1, 80 * GIB) == 2 * GIB);   /* its own wins */
+    CHECK(gvm_cfg_device_value(&cfg.device_limit, 3, 80 * GIB) == SIZE_MAX);  /* 0: none */
+
+    ENV_OK("CUDA_DEVICE_MEMORY_LIMIT", "1073741824");                        /* bytes */
+    CHECK(gvm_cfg_device_value(&cfg.device_limit, 0, 80 * GIB) == GIB);
+
+    const char *explicit_wins[] = {"GVM_DEVICE_LIMIT=1G", "CUDA_DEVICE_MEMORY_LIMIT=8192m", NULL};
+    CHECK(load_envv(explicit_wins) == 0);
+    CHECK(gvm_cfg_device_value(&cfg.device_limit, 0, 80 * GIB) == GIB);
+    CHECK(cfg.origin[GVM_OPT_device_limit] == GVM_ORIGIN_ENV);
+
+    const char *other_names[] = {"CUDA_DEVICE_MEMORY_LIMIT_X=1g", "CUDA_DEVICE_MEMORY_LIMITS=1g",
+                                 "CUDA_DEVICE_MEMORY_SHARED_CACHE=/tmp/x", NULL};
+    CHECK(load_envv(other_names) == 0);
+    CHECK(cfg.origin[GVM_OPT_device_limit] == GVM_ORIGIN_DEFAULT);
+
+    ENV_ERR("CUDA_DEVICE_MEMORY_LIMIT", "8 GB",
+            "CUDA_DEVICE_MEMORY_LIMIT='8 GB': expected a size in bytes or with a k, m or g suffix (e.g. 8192m)");
+    ENV_ERR("CUDA_DEVICE_MEMORY_LIMIT_0", "-1m",
+            "CUDA_DEVICE_MEMORY_LIMIT_0='-1m': expected a size in bytes or with a k, m or g suffix (e.g. 8192m)");
+    ENV_ERR("CUDA_DEVICE_MEMORY_LIMIT", "99999999999999999999g",
+            "CUDA_DEVICE_MEMORY_LIMIT='99999999999999999999g': expected a size in bytes or with a k, m or g "
+            "suffix (e.g. 8192m)");
+}
+
 int main(int argc, char **argv)
 {
     if (!mkdtemp(tmpdir)) {
@@ -1022,6 +1062,7 @@ int main(int argc, char **argv)
     test_millis();
     test_strings();
     test_env_names();
+    test_cluster_limit();
     test_file_basics();
     test_file_sources();
     test_rules();
