@@ -85,10 +85,11 @@ GVM_EXPORT gvm_status gvm_migrate(const void *ptr, int location)
  * removed (region.h): a range is never freed under a live mapping. */
 static void release_range(struct gvm_region *a)
 {
-    if (a->flags & GVM_RF_LEAKED)
-        gvm_warn("leaking the alias range at %#lx: a mapping in it could not be removed",
-                 (unsigned long)a->base);
-    else
+    if (a->flags & GVM_RF_LEAKED) {
+        if (!gvm_driver_gone(CUDA_SUCCESS))   /* else the range went with the driver */
+            gvm_warn("leaking the alias range at %#lx: a mapping in it could not be removed",
+                     (unsigned long)a->base);
+    } else
         gvm_phys_free_range((CUdeviceptr)a->base, a->reserved);
 }
 

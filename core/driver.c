@@ -42,5 +42,6 @@ int gvm_driver_load(const char *path, gvm_symbol_lookup lookup, char *err, size_
 void *gvm_driver_handle(void) { return driver_handle; }
 
 uint64_t gvm_driver_calls[GVM_FN_COUNT];
+bool gvm_driver_deinitialized;
 
 void gvm_driver_count(enum gvm_driver_fn fn) { __atomic_fetch_add(&gvm_driver_calls[fn], 1, __ATOMIC_RELAXED); }

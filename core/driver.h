@@ -7,6 +7,7 @@
 #include "core/cuda_api.h"
 #include "core/driver_list.h"
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #define GVM_DRIVER_FIELD(name) __typeof__(name) *name;
@@ -39,7 +40,30 @@ void *gvm_driver_handle(void);
 void gvm_driver_count(enum gvm_driver_fn fn);
 extern uint64_t gvm_driver_calls[GVM_FN_COUNT];
 
+/* Whether the driver has shut down, noting rc (the answer of a call just
+ * made; CUDA_SUCCESS only asks). At exit the driver's own handlers tear it
+ * down before what runs after them (the program's static destructors
+ * freeing memory, gvmshim's threads and destructors); from then on every
+ * call answers CUDA_ERROR_DEINITIALIZED and all the process's device
+ * memory, mappings and registrations went with the driver. Latched: a
+ * driver never comes back from it. Once true, gvmshim calls nothing to
+ * release memory and reports no failure to: nothing leaks. */
+extern bool gvm_driver_deinitialized;
+static inline bool gvm_driver_gone(CUresult rc)
+{
+    if (__builtin_expect(rc == CUDA_ERROR_DEINITIALIZED, 0))
+        __atomic_store_n(&gvm_driver_deinitialized, true, __ATOMIC_RELAXED);
+    return __atomic_load_n(&gvm_driver_deinitialized, __ATOMIC_RELAXED);
+}
+
+/* A call's answer, noted (gvm_driver_gone) and passed on. */
+static inline CUresult gvm_driver_answer(CUresult rc)
+{
+    if (__builtin_expect(rc == CUDA_ERROR_DEINITIALIZED, 0)) gvm_driver_gone(rc);
+    return rc;
+}
+
 /* Calls a table entry and counts it: DRV(cuMemMap, va, size, 0, h, 0). */
-#define DRV(name, ...) (gvm_driver_count(GVM_FN_##name), gvm_drv.name(__VA_ARGS__))
+#define DRV(name, ...) (gvm_driver_count(GVM_FN_##name), gvm_driver_answer(gvm_drv.name(__VA_ARGS__)))
 
 #endif

@@ -139,7 +139,7 @@ void gvm_heap_settle_deferred(void)
     if (!list) return;
     /* One wait on every device: some of them were not on their own. */
     CUresult rc = gvm_topo_quiesce();
-    if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED)
+    if (rc != CUDA_SUCCESS && rc != CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED && !gvm_driver_gone(rc))
         gvm_warn("waiting for the devices before unmapping freed memory failed (%d)", rc);
     while (list) {
         struct gvm_region *r = list;
@@ -570,7 +570,8 @@ static CUresult free_large(struct gvm_region *r, uintptr_t p, bool *dead)
             defer(r);
             return CUDA_SUCCESS;
         }
-        if (rc != CUDA_SUCCESS) gvm_warn("waiting for the device before an unmap failed (%d)", rc);
+        if (rc != CUDA_SUCCESS && !gvm_driver_gone(rc))
+            gvm_warn("waiting for the device before an unmap failed (%d)", rc);
         *dead = region_release(r);
         return CUDA_SUCCESS;
     }

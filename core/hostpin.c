@@ -130,10 +130,11 @@ void gvm_hostpin_destroy(struct gvm_phys *p)
 {
     /* Unregistered by a reset: pushing its context would only make it again. */
     CUresult rc = registered(p) ? in_context(p->host_dev, p->host, p->size, false) : CUDA_SUCCESS;
-    if (rc != CUDA_SUCCESS) rc = in_context(p->host_dev, p->host, p->size, false);   /* a passing fault */
+    if (rc != CUDA_SUCCESS && !gvm_driver_gone(rc))
+        rc = in_context(p->host_dev, p->host, p->size, false);   /* a passing fault */
     if (rc != CUDA_SUCCESS) {
         /* Pages the driver may still reach stay the process's: never reused. */
-        gvm_warn("cuMemHostUnregister failed (%d): %zu bytes of host memory stay pinned", rc, p->size);
+        if (!gvm_driver_gone(rc)) gvm_warn("cuMemHostUnregister failed (%d): %zu bytes of host memory stay pinned", rc, p->size);
         free(p);
         return;
     }

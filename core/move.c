@@ -637,8 +637,9 @@ static void rollback(struct gvm_region *r, struct plan *p)
         bool cpu = gvm_settings.host_access == GVM_HOST_ACCESS_EAGER;
         if (gvm_region_respan(r, g->off, g->len, p->dst + g->d0, g->nd, cpu, old, n) != CUDA_SUCCESS) {
             /* The data is safe in the new pieces: keep them mapped there. */
-            gvm_error("rollback of %#lx+%zu failed: it stays at location %d", (unsigned long)r->base, g->off,
-                      p->loc);
+            if (!gvm_driver_gone(CUDA_SUCCESS))
+                gvm_error("rollback of %#lx+%zu failed: it stays at location %d", (unsigned long)r->base, g->off,
+                          p->loc);
             if (gvm_region_splice(r, g->b0, g->b1, p->dst + g->d0, g->nd) == 0) {
                 for (int j = 0; j < n; j++) gvm_phys_put(old[j]);
                 for (int j = 0; j < g->nd; j++) p->dst[g->d0 + j] = NULL;
@@ -724,8 +725,9 @@ static CUresult mover_finish(struct mover *m)
         rollback(r, &m->p);
         r->last_error = m->rc;
         gvm_stat_inc(migrations_failed);
-        gvm_warn("moving %#lx to location %d failed (driver error %d); it is unchanged",
-                 (unsigned long)r->base, m->loc, m->rc);
+        if (!gvm_driver_gone(m->rc))   /* a move under way at exit: nothing to say */
+            gvm_warn("moving %#lx to location %d failed (driver error %d); it is unchanged",
+                     (unsigned long)r->base, m->loc, m->rc);
     } else {
         count_move(r, &m->p, m->loc);
         commit(r, &m->p);

@@ -120,33 +120,44 @@ void gvm_phys_unstage(struct gvm_phys *p)
     p->staged_for = 0;
 }
 
+/* Each release call is tried again once (a passing fault), and none is
+ * made, nor its failure reported, once the driver has shut down
+ * (core/driver.h). */
 CUresult gvm_phys_unmap(CUdeviceptr va, size_t size)
 {
+    if (gvm_driver_gone(CUDA_SUCCESS)) return CUDA_ERROR_DEINITIALIZED;
     CUresult rc = DRV(cuMemUnmap, va, size);
-    if (rc != CUDA_SUCCESS) rc = DRV(cuMemUnmap, va, size);
-    if (rc != CUDA_SUCCESS) gvm_warn("cuMemUnmap failed (%d) at %#lx", rc, (unsigned long)va);
+    if (rc != CUDA_SUCCESS && !gvm_driver_gone(rc)) rc = DRV(cuMemUnmap, va, size);
+    if (rc != CUDA_SUCCESS && !gvm_driver_gone(rc)) gvm_warn("cuMemUnmap failed (%d) at %#lx", rc, (unsigned long)va);
     return rc;
 }
 
 CUresult gvm_phys_free_range(CUdeviceptr va, size_t size)
 {
+    if (gvm_driver_gone(CUDA_SUCCESS)) return CUDA_ERROR_DEINITIALIZED;
     CUresult rc = DRV(cuMemAddressFree, va, size);
-    if (rc != CUDA_SUCCESS) rc = DRV(cuMemAddressFree, va, size);
-    if (rc != CUDA_SUCCESS) gvm_warn("cuMemAddressFree failed (%d) at %#lx", rc, (unsigned long)va);
+    if (rc != CUDA_SUCCESS && !gvm_driver_gone(rc)) rc = DRV(cuMemAddressFree, va, size);
+    if (rc != CUDA_SUCCESS && !gvm_driver_gone(rc))
+        gvm_warn("cuMemAddressFree failed (%d) at %#lx", rc, (unsigned long)va);
     return rc;
 }
 
 /* Memory that is still mapped somewhere stays allocated, its range
- * reserved: the only safe answer to an unmap that keeps failing. */
+ * reserved: the only safe answer to an unmap that keeps failing. Once the
+ * driver has shut down, the memory went with it: nothing leaks. */
 static void leak(struct gvm_phys *p)
 {
-    gvm_warn("leaking %zu bytes that could not be unmapped", p->size);
+    if (!gvm_driver_gone(CUDA_SUCCESS)) gvm_warn("leaking %zu bytes that could not be unmapped", p->size);
     free(p);
 }
 
 void gvm_phys_destroy(struct gvm_phys *p)
 {
     if (!p) return;
+    if (gvm_driver_gone(CUDA_SUCCESS)) {   /* gone with the driver */
+        free(p);
+        return;
+    }
     if (p->host) {
         gvm_hostpin_destroy(p);
         return;
@@ -158,10 +169,10 @@ void gvm_phys_destroy(struct gvm_phys *p)
     }
     if (p->staging) gvm_phys_free_range(p->staging, p->size);
     CUresult rc = DRV(cuMemRelease, p->handle);
-    if (rc != CUDA_SUCCESS) rc = DRV(cuMemRelease, p->handle);   /* a passing fault */
+    if (rc != CUDA_SUCCESS && !gvm_driver_gone(rc)) rc = DRV(cuMemRelease, p->handle);   /* a passing fault */
     if (rc == CUDA_SUCCESS)
         gvm_held_release(p->loc, p->size);
-    else   /* still the process's memory: it stays counted */
+    else if (!gvm_driver_gone(rc))   /* still the process's memory: it stays counted */
         gvm_warn("cuMemRelease failed (%d): %zu bytes may leak", rc, p->size);
     free(p);
 }

@@ -396,7 +396,7 @@ CUresult gvm_region_respan(struct gvm_region *r, size_t off, size_t len, struct 
         uintptr_t va = views[done] + off;
         if ((rc = DRV(cuMemUnmap, (CUdeviceptr)va, len)) != CUDA_SUCCESS) break;
         if ((rc = map_pieces(r, va, len, to, nto, to_cpu)) != CUDA_SUCCESS) {
-            if (map_pieces(r, va, len, from, nfrom, from_cpu) != CUDA_SUCCESS)
+            if (map_pieces(r, va, len, from, nfrom, from_cpu) != CUDA_SUCCESS && !gvm_driver_gone(CUDA_SUCCESS))
                 gvm_error("cannot restore mapping at %#lx after a failed remap", (unsigned long)va);
             break;
         }
@@ -405,7 +405,7 @@ CUresult gvm_region_respan(struct gvm_region *r, size_t off, size_t len, struct 
         for (int v = 0; v < done; v++) {
             uintptr_t va = views[v] + off;
             DRV(cuMemUnmap, (CUdeviceptr)va, len);
-            if (map_pieces(r, va, len, from, nfrom, from_cpu) != CUDA_SUCCESS)
+            if (map_pieces(r, va, len, from, nfrom, from_cpu) != CUDA_SUCCESS && !gvm_driver_gone(CUDA_SUCCESS))
                 gvm_error("cannot restore mapping at %#lx after a failed remap", (unsigned long)va);
         }
         return rc;
@@ -621,8 +621,9 @@ void gvm_region_destroy(struct gvm_region *r)
     gvm_region_drop_shelf(r);
     gvm_region_shrink(r, 0);
     if (r->flags & GVM_RF_LEAKED) {
-        gvm_warn("leaking the address range at %#lx: a mapping in it could not be removed",
-                 (unsigned long)r->base);
+        if (!gvm_driver_gone(CUDA_SUCCESS))   /* else the range went with the driver */
+            gvm_warn("leaking the address range at %#lx: a mapping in it could not be removed",
+                     (unsigned long)r->base);
         return;
     }
     gvm_phys_free_range((CUdeviceptr)r->base, r->reserved);

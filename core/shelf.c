@@ -131,8 +131,9 @@ static CUresult unmap_range(struct gvm_region *r, struct gvm_phys **old, int b0,
         if (rc == CUDA_SUCCESS) continue;
         while (i-- > b0)
             if (gvm_region_map_block(r, i, old[i]) != CUDA_SUCCESS) {
-                gvm_error("cannot map %#lx back after a failed pause: that piece of it is lost",
-                          (unsigned long)(r->base + r->blocks[i].off));
+                if (!gvm_driver_gone(CUDA_SUCCESS))
+                    gvm_error("cannot map %#lx back after a failed pause: that piece of it is lost",
+                              (unsigned long)(r->base + r->blocks[i].off));
                 gvm_phys_put(old[i]);
             }
         return rc;
@@ -293,8 +294,9 @@ static void restore_block(struct gvm_shelf_op *op, int i)
                  r->blocks[i].off, rc);
         return;
     }
-    gvm_error("cannot put %#lx+%zu back after a failed spill: that piece of it is lost", (unsigned long)r->base,
-              r->blocks[i].off);
+    if (!gvm_driver_gone(placed))   /* else it went with the driver */
+        gvm_error("cannot put %#lx+%zu back after a failed spill: that piece of it is lost", (unsigned long)r->base,
+                  r->blocks[i].off);
 }
 
 /* ---- put and take ---------------------------------------------------------- */
@@ -407,7 +409,7 @@ static void untake(struct gvm_region *r, int n)
         if (!r->blocks[i].phys) continue;
         if (gvm_region_unmap_block(r, i, &old) == CUDA_SUCCESS)
             gvm_phys_put(old);
-        else
+        else if (!gvm_driver_gone(CUDA_SUCCESS))
             gvm_warn("cannot unmap %#lx after a failed resume; the next resume keeps what it holds",
                      (unsigned long)(r->base + r->blocks[i].off));
     }
@@ -468,7 +470,7 @@ static void unmap_placed(struct gvm_region *r, const bool *placed)
 {
     for (int i = 0; i < r->nblocks; i++) {
         struct gvm_phys *old = NULL;
-        if (placed[i] && gvm_region_unmap_block(r, i, &old) != CUDA_SUCCESS)
+        if (placed[i] && gvm_region_unmap_block(r, i, &old) != CUDA_SUCCESS && !gvm_driver_gone(CUDA_SUCCESS))
             gvm_error("cannot unmap %#lx after a failed map of spilled memory", (unsigned long)(r->base + r->blocks[i].off));
     }
 }

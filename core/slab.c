@@ -324,7 +324,8 @@ static void flush_locked(int device)
     CUresult rc = gvm_topo_settle(device, pd->stamp);
     if (rc == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) return;   /* after the capture */
     if (rc != CUDA_SUCCESS) {
-        gvm_warn("waiting for device %d failed (%d); freed small blocks stay unused", device, rc);
+        if (!gvm_driver_gone(rc))
+            gvm_warn("waiting for device %d failed (%d); freed small blocks stay unused", device, rc);
         return;
     }
     for (int i = 0; i < pd->n; i++) {

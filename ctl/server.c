@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -162,6 +163,8 @@ static void accept_one(void)
 static void *server_main(void *arg)
 {
     (void)arg;
+    /* Here, not in gvm_ctl_start: the program does not wait for it. */
+    gvm_ctl_sweep();
     struct pollfd *pf = NULL;
     size_t cap = 0;
     for (;;) {
@@ -281,15 +284,27 @@ __attribute__((destructor)) static void ctl_unlink(void)
     if (gvm_ctl_endpoint() && owner == getpid()) unlink(sock_path);
 }
 
+/* Bound under a name of its own (<endpoint>.bind), and given the
+ * socket's name only once it listens: a socket under that name accepts
+ * connections while its process lives, so one that refuses them is a dead
+ * process's (stale.c). Never replaces an existing name. */
 static int open_socket(uint64_t ep)
 {
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    struct sockaddr_un a = {.sun_family = AF_UNIX}, b;
     int rc = gvm_ctl_path(ep, a.sun_path, sizeof a.sun_path, true);
     if (rc) return rc;
+    b = a;
+    memcpy(b.sun_path + strlen(b.sun_path) - strlen(".sock"), ".bind", strlen(".bind"));
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return -errno;
-    if (bind(fd, (struct sockaddr *)&a, sizeof a) || listen(fd, 128)) {
+    if (bind(fd, (struct sockaddr *)&b, sizeof b)) {
         rc = -errno;
+        close(fd);
+        return rc;
+    }
+    if (listen(fd, 128) || renameat2(AT_FDCWD, b.sun_path, AT_FDCWD, a.sun_path, RENAME_NOREPLACE)) {
+        rc = -errno;
+        unlink(b.sun_path);
         close(fd);
         return rc;
     }

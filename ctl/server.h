@@ -9,6 +9,12 @@
  * random 64-bit id, not the pid, so it means the same in every pid
  * namespace and is never reused by a later process.
  *
+ * Litter: a process that dies without its destructors (killed, crashed,
+ * _exit) leaves its socket behind. Each server, as it starts, sweeps the
+ * directory once (at most GVM_CTL_SWEEP_MAX sockets looked at) and removes
+ * the sockets of this user that nobody listens on; a client that finds one
+ * removes it too (ctl/stale.c).
+ *
  * Who: a connecting process must run as the same user (SO_PEERCRED), or as
  * root when gvm_ctl_allow_root is set; clients check the server the same way.
  *
@@ -77,6 +83,22 @@ int gvm_ctl_dir(char *out, size_t len, bool create);
 
 /* The socket path of an endpoint. 0 or -errno. */
 int gvm_ctl_path(uint64_t endpoint, char *out, size_t len, bool create_dir);
+
+/* ---- dead processes' sockets (stale.c) ---- */
+
+#define GVM_CTL_SWEEP_MAX 4096   /* sockets one sweep looks at */
+
+/* Whether name is a socket's name, "<16 hex digits>.sock"; its endpoint. */
+bool gvm_ctl_sock_name(const char *name, uint64_t *endpoint);
+
+/* Removes dir/name when it is a dead process's socket: a socket's name, a
+ * socket (never a symlink's target) of this user that refuses connections.
+ * True when it was removed. */
+bool gvm_ctl_remove_dead(const char *dir, const char *name);
+
+/* Removes every dead process's socket from the runtime directory (at most
+ * GVM_CTL_SWEEP_MAX looked at); how many went. */
+int gvm_ctl_sweep(void);
 
 /* ---- the client side ---- */
 

@@ -131,7 +131,8 @@ struct proc {
     uint64_t endpoint;
 };
 
-/* Every live endpoint in the runtime directory, with its pid (PING). */
+/* Every live endpoint in the runtime directory, with its pid (PING). The
+ * socket of a process that died without removing it goes. */
 static int find_all(struct proc *out, int max)
 {
     char dir[256];
@@ -140,11 +141,11 @@ static int find_all(struct proc *out, int max)
     if (!d) return 0;
     int n = 0;
     for (struct dirent *e; n < max && (e = readdir(d));) {
-        unsigned long long ep;
-        char tail[8];
-        if (sscanf(e->d_name, "%16llx%7s", &ep, tail) != 2 || strcmp(tail, ".sock")) continue;
+        uint64_t ep;
+        if (!gvm_ctl_sock_name(e->d_name, &ep)) continue;
         int fd = gvm_ctl_connect(ep);
-        if (fd < 0) continue;   /* a process that died without cleaning up */
+        if (fd == -ECONNREFUSED) gvm_ctl_remove_dead(dir, e->d_name);   /* checked again there */
+        if (fd < 0) continue;
         uint8_t buf[GVM_CTL_MSG_MAX];
         struct gvm_ctl_msg m;
         ssize_t r = gvm_ctl_send(fd, GVM_CTL_PING, NULL, 0, NULL, 0, 0) ? -1

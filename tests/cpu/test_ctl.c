@@ -7,11 +7,15 @@
 #include "harness.h"
 #include "preload/ipc.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdint.h>
+#include <stdbool.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
 
 static void framing_rejects_malformed_messages(void)
 {
@@ -253,6 +257,182 @@ static void forked_child_does_not_serve(void)
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* ---- dead processes' sockets ---------------------------------------- */
+
+/* A socket file at dir/name that nobody listens on: what a process killed
+ * while serving leaves (its listening descriptor closed with it). */
+static void dead_socket(const char *dir, const char *name)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s/%s", dir, name);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    CHECK(fd >= 0);
+    CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    close(fd);
+}
+
+/* One that listens: a live process's (its pid may be anything). */
+static int live_socket(const char *dir, const char *name)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    snprintf(a.sun_path, sizeof a.sun_path, "%s/%s", dir, name);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+    CHECK(fd >= 0);
+    CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+    CHECK_EQ(listen(fd, 4), 0);
+    return fd;
+}
+
+static bool exists_in(const char *dir, const char *name)
+{
+    char path[512];
+    struct stat st;
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    return lstat(path, &st) == 0;
+}
+
+/* A process that served and died without its destructors: its socket. */
+static uint64_t killed_servers_endpoint(void)
+{
+    int p[2];
+    CHECK_EQ(pipe(p), 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        uint64_t ep = gvm_ctl_start() ? 0 : gvm_ctl_endpoint();
+        _exit(write(p[1], &ep, sizeof ep) == (ssize_t)sizeof ep ? 0 : 1);
+    }
+    uint64_t ep = 0;
+    CHECK_EQ(read(p[0], &ep, sizeof ep), (ssize_t)sizeof ep);
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    close(p[0]);
+    close(p[1]);
+    CHECK(ep != 0);
+    return ep;
+}
+
+/* The directory's entries besides the sockets the sweep may remove: a
+ * live socket, another user's dead one, a symlink to a dead socket, a
+ * regular file and a dead socket under names that are not a socket's. */
+#define LIVE "00000000000000a1.sock"
+#define FOREIGN "00000000000000a2.sock"
+#define LINK "00000000000000a3.sock"
+#define PLAIN "00000000000000a4.sock"
+#define ODD "notes.sock"
+#define STALE "00000000000000d1.sock"
+
+static int untouchables(const char *dir, bool *foreign)
+{
+    int live = live_socket(dir, LIVE);
+    dead_socket(dir, FOREIGN);
+    char path[512], target[512];
+    snprintf(path, sizeof path, "%s/%s", dir, FOREIGN);
+    *foreign = chown(path, 12345, 12345) == 0;   /* the suite runs as root; else not checked */
+    dead_socket(tmpdir, "elsewhere.sock");
+    snprintf(target, sizeof target, "%s/elsewhere.sock", tmpdir);
+    snprintf(path, sizeof path, "%s/%s", dir, LINK);
+    CHECK_EQ(symlink(target, path), 0);
+    snprintf(path, sizeof path, "%s/%s", dir, PLAIN);
+    int fd = open(path, O_CREAT | O_WRONLY, 0600);
+    CHECK(fd >= 0);
+    close(fd);
+    dead_socket(dir, ODD);
+    return live;
+}
+
+static void untouched(const char *dir, bool foreign)
+{
+    CHECK(exists_in(dir, LIVE));
+    CHECK(!foreign || exists_in(dir, FOREIGN));
+    CHECK(exists_in(dir, LINK));
+    CHECK(exists_in(tmpdir, "elsewhere.sock"));
+    CHECK(exists_in(dir, PLAIN));
+    CHECK(exists_in(dir, ODD));
+}
+
+/* The case's files: harness children end with _exit, so no destructor
+ * removes this process's own socket either. */
+static void remove_runtime_dir(const char *dir)
+{
+    DIR *d = opendir(dir);
+    CHECK(d != NULL);
+    for (struct dirent *e; (e = readdir(d));)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) CHECK_EQ(unlinkat(dirfd(d), e->d_name, 0), 0);
+    closedir(d);
+    CHECK_EQ(rmdir(dir), 0);
+    char path[512];
+    snprintf(path, sizeof path, "%s/elsewhere.sock", tmpdir);
+    unlink(path);
+    CHECK_EQ(rmdir(tmpdir), 0);
+}
+
+static void ping_once(uint64_t ep)
+{
+    int fd = gvm_ctl_connect(ep);
+    CHECK(fd >= 0);
+    CHECK_EQ(gvm_ctl_send(fd, GVM_CTL_PING, NULL, 0, NULL, 0, 0), 0);
+    uint8_t buf[GVM_CTL_MSG_MAX];
+    CHECK(gvm_ctl_recv(fd, buf, sizeof buf, NULL, NULL, 0) > 0);
+    close(fd);
+}
+
+static void a_starting_server_removes_dead_processes_sockets(void)
+{
+    private_runtime_dir();
+    char dir[256], name[64];
+    CHECK_EQ(gvm_ctl_dir(dir, sizeof dir, true), 0);
+    bool foreign;
+    int live = untouchables(dir, &foreign);
+    dead_socket(dir, STALE);
+    snprintf(name, sizeof name, "%016llx.sock", (unsigned long long)killed_servers_endpoint());
+    /* The killed server swept as it started; its own socket stays. */
+    CHECK(exists_in(dir, name));
+    CHECK_EQ(gvm_ctl_start(), 0);
+    /* The server sweeps before it serves: once it answered, it is done. */
+    ping_once(gvm_ctl_endpoint());
+    CHECK(!exists_in(dir, STALE));
+    CHECK(!exists_in(dir, name));
+    untouched(dir, foreign);
+    char own[64];
+    snprintf(own, sizeof own, "%016llx.sock", (unsigned long long)gvm_ctl_endpoint());
+    CHECK(exists_in(dir, own));
+    close(live);
+    remove_runtime_dir(dir);
+}
+
+static void a_client_removes_only_a_dead_socket(void)
+{
+    private_runtime_dir();
+    char dir[256];
+    CHECK_EQ(gvm_ctl_dir(dir, sizeof dir, true), 0);
+    bool foreign;
+    int live = untouchables(dir, &foreign);
+    dead_socket(dir, STALE);
+    const char *keep[] = {LIVE, FOREIGN, LINK, PLAIN, ODD, "00000000000000ff.sock"};
+    for (size_t i = 0; i < sizeof keep / sizeof *keep; i++) CHECK(!gvm_ctl_remove_dead(dir, keep[i]));
+    CHECK_EQ(gvm_ctl_connect(0xd1), -ECONNREFUSED);
+    CHECK(gvm_ctl_remove_dead(dir, STALE));
+    CHECK(!exists_in(dir, STALE));
+    CHECK_EQ(gvm_ctl_connect(0xd1), -ENOENT);
+    untouched(dir, foreign);
+    /* A sweep leaves what the client left. */
+    CHECK_EQ(gvm_ctl_sweep(), 0);
+    untouched(dir, foreign);
+    close(live);
+    remove_runtime_dir(dir);
+}
+
+static void socket_names_are_exact(void)
+{
+    uint64_t ep = 0;
+    CHECK(gvm_ctl_sock_name("0123456789abcdef.sock", &ep));
+    CHECK(ep == 0x0123456789abcdefull);
+    const char *bad[] = {"0123456789abcdef.bind", "0123456789abcde.sock", "0123456789abcdef0.sock",
+                         "0123456789ABCDEF.sock", " 123456789abcdef.sock", "0123456789abcdef.sock.x",
+                         "-123456789abcdef.sock", ".sock", ""};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK(!gvm_ctl_sock_name(bad[i], NULL));
+}
+
 static const struct test_case cases[] = {
     TEST_ENTRY(framing_rejects_malformed_messages)
     TEST_ENTRY(handles_decode_only_what_they_encode)
@@ -261,6 +441,9 @@ static const struct test_case cases[] = {
     TEST_ENTRY(unsafe_runtime_dirs_are_refused)
     TEST_ENTRY(server_answers_and_ends_leases)
     TEST_ENTRY(forked_child_does_not_serve)
+    TEST_ENTRY(a_starting_server_removes_dead_processes_sockets)
+    TEST_ENTRY(a_client_removes_only_a_dead_socket)
+    TEST_ENTRY(socket_names_are_exact)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }

@@ -6,6 +6,7 @@ with the simulated driver:
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -178,6 +179,24 @@ try:
     listed = manual.split("live options:", 1)[-1].split("\n    pause")[0].split(",")
     check(live >= 8 and len(listed) == live and any(x.strip() == "device_limit" for x in listed),
           "the manual lists the live options of the table: %s" % listed)
+
+    # A killed process's socket (nobody listens on it) goes at the next
+    # list; the target's own and a symlink named like a socket stay.
+    sockdir = os.path.join(runtime, "gvmshim")
+    stale = os.path.join(sockdir, "00000000000000d1.sock")
+    dead = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    dead.bind(stale)
+    dead.close()
+    link = os.path.join(sockdir, "00000000000000d2.sock")
+    os.symlink(stale, link)
+    own = [n for n in os.listdir(sockdir) if n.endswith(".sock") and n not in (os.path.basename(stale),
+                                                                                os.path.basename(link))]
+    out = ctl("list").stdout
+    check(str(pid) in out, "list still shows the process: %s" % out)
+    check(not os.path.lexists(stale), "list removed the dead process's socket")
+    check(os.path.lexists(link), "list left the symlink alone")
+    check(all(os.path.lexists(os.path.join(sockdir, n)) for n in own), "list left the live sockets: %s" % own)
+    os.unlink(link)
 finally:
     proc.stdin.close()
     proc.wait(timeout=60)

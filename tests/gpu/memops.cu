@@ -14,9 +14,10 @@
  *   and 3D batch copies from and into spilled memory; a copy queued in a
  *   context the program made (cuCtxCreate) and never allocated in, while
  *   the primary context's allocation spills the buffer it writes; a
- *   texture object made on spilled memory reads it, then and after the
- *   next spill; one value past the end of a buffer: invalid value in both
- *   runs, and a texture 4 KiB past it: made in both. On driver
+ *   texture object made on spilled memory reads it, then, once the
+ *   program moved it back (gvm_migrate) and after the next spill; one
+ *   value past the end of a buffer: invalid value in both runs, and a
+ *   texture 4 KiB past it: made in both. On driver
  *   580 the CUDA 11 memory operations answer CUDA_ERROR_NOT_SUPPORTED in
  *   both runs (printed; the cpu suite covers their hooks). */
 #include "linked_cu.h"
@@ -356,9 +357,26 @@ static unsigned long long texture_sum(cudaTextureObject_t t, size_t n, CUdevicep
     return got;
 }
 
+/* Under the shim, the buffer moved back to device 0 by the program
+ * (gvm_migrate): device 0 is its home again and it counts as resident, so
+ * the next spill_all is the only move it makes before the check. Without
+ * it the check races the promoter: the texture's creation used the
+ * buffer after it left, so the promoter may bring it back at any moment
+ * (GVM_PROMOTE, every 50 ms); a promotion under way while spill_all runs
+ * holds room spill_all needs, which then places its allocation on host
+ * and leaves the buffer on device 0 (on two GPUs, where every move waits
+ * for both devices, the check found it at location 0). A migration waits
+ * for a promotion under way, and the promoter leaves alone what the
+ * program placed. */
+static void back_home(CUdeviceptr p)
+{
+    if (gvm.present) CKG(gvm, gvm.migrate((void *)p, 0));
+}
+
 /* A texture object (cudaCreateTextureObject) made on spilled memory: the
  * kernel reads through its handle, which no launch scan sees; the memory
- * must be there when it reads, then and after the next spill. */
+ * must be there when it reads, then, after the program moves it back to
+ * its device, and after the next spill. */
 static void textures_read_spilled_memory()
 {
     CUdeviceptr p, sum;
@@ -381,8 +399,11 @@ static void textures_read_spilled_memory()
     const unsigned long long want = 3ull * (BUF / 4);
     for (int round = 0; round < 3; round++) {
         unsigned long long got = texture_sum(t, BUF / 4, sum);
-        EXPECT(got == want, "round %d: the texture read %llu, want %llu", round, got, want);
-        spill_all();   /* the buffer leaves the device again, the sum stays */
+        EXPECT(got == want, "round %d, spilled: the texture read %llu, want %llu", round, got, want);
+        back_home(p);
+        got = texture_sum(t, BUF / 4, sum);
+        EXPECT(got == want, "round %d, back on device 0: the texture read %llu, want %llu", round, got, want);
+        spill_all();   /* the buffer leaves the device again */
         require_spilled(p);
     }
     CK(cudaDestroyTextureObject(t));

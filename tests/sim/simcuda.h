@@ -37,6 +37,13 @@ void simcuda_fail_call(const char *name, unsigned long nth, CUresult err);
  * that entry point after it all fail (a fault that a retry does not cure). */
 void simcuda_fail_calls(const char *name, unsigned long nth, unsigned long times, CUresult err);
 
+/* As a driver whose exit handlers ran (at exit, before the program's
+ * static destructors and whatever else runs after them): from now on
+ * every call but the ones that need no driver (error names, entry-point
+ * lookups, the version) answers CUDA_ERROR_DEINITIALIZED. simcuda_reset
+ * revives it. */
+void simcuda_shut_down(void);
+
 /* Call counters, injected failures included. */
 unsigned long simcuda_call_count(void);
 unsigned long simcuda_calls_of(const char *name); /* 0 for unknown names */

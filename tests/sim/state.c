@@ -32,6 +32,7 @@ static unsigned long sim_fail_fn_more[SIM_FN_COUNT]; /* failures after the armed
 static __thread unsigned long sim_calls_here;
 static __thread unsigned long sim_fail_here_left;
 static __thread CUresult sim_fail_here_err;
+static int sim_shut_down; /* simcuda_shut_down: every call answers DEINITIALIZED */
 
 void sim_die(const char *what)
 {
@@ -181,6 +182,11 @@ int sim_enter(enum sim_fn fn, int mode, CUresult *rc)
     }
     if (here) {
         *rc = sim_fail_here_err;
+        return 0;
+    }
+    /* Naming an error and looking an entry point up need no driver. */
+    if (__atomic_load_n(&sim_shut_down, __ATOMIC_ACQUIRE) && (!(mode & SIM_ANYTIME) || fn == SIM_FN_cuInit)) {
+        *rc = CUDA_ERROR_DEINITIALIZED;
         return 0;
     }
     if (any || mine) {
@@ -352,6 +358,11 @@ void simcuda_reset_counts(void)
         __atomic_store_n(&sim_calls[i], 0, __ATOMIC_RELAXED);
 }
 
+void simcuda_shut_down(void)
+{
+    __atomic_store_n(&sim_shut_down, 1, __ATOMIC_RELEASE);
+}
+
 static void sim_disarm_faults(void)
 {
     __atomic_store_n(&sim_fail_any_left, 0, __ATOMIC_RELAXED);
@@ -436,5 +447,6 @@ void simcuda_reset(void)
     __atomic_fetch_add(&sim.generation, 1, __ATOMIC_RELEASE);
     pthread_rwlock_unlock(&sim.lock);
     sim_disarm_faults();
+    __atomic_store_n(&sim_shut_down, 0, __ATOMIC_RELEASE);
     simcuda_reset_counts();
 }
