@@ -12,6 +12,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <time.h>
 
 static void framing_rejects_malformed_messages(void)
 {
@@ -253,6 +254,54 @@ static void forked_child_does_not_serve(void)
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* The import socket: any user (abstract, no file permissions), only the
+ * types registered on it, one request per connection, and a connection
+ * that sends nothing is dropped after GVM_IMPORT_REQUEST_MS. */
+static void import_socket_serves_one_request_of_its_own_types(void)
+{
+    private_runtime_dir();
+    gvm_ctl_register_import(9, lease_handler);
+    CHECK_EQ(gvm_ctl_start_import(), 0);
+    uint64_t ep = gvm_ctl_import_endpoint();
+    CHECK(ep != 0);
+    CHECK(ep != gvm_ctl_endpoint());
+    uint8_t buf[GVM_CTL_MSG_MAX];
+    int fds[4], nfds = -1;
+    /* Its type: answered, the lease held until the client goes. */
+    int fd = gvm_ctl_connect_import(ep);
+    CHECK(fd >= 0);
+    CHECK_EQ(gvm_ctl_send(fd, 9, NULL, 0, NULL, 0, 0), 0);
+    CHECK_EQ(gvm_ctl_recv(fd, buf, sizeof buf, fds, &nfds, 4), GVM_CTL_HDR + 2);
+    CHECK_EQ(nfds, 1);
+    close(fds[0]);
+    /* A second request on it: hung up on unread (a reset), and the lease
+     * ends. */
+    CHECK_EQ(gvm_ctl_send(fd, 9, NULL, 0, NULL, 0, 0), 0);
+    ssize_t n = gvm_ctl_recv(fd, buf, sizeof buf, fds, &nfds, 4);
+    CHECK(n == 0 || n == -ECONNRESET);
+    close(fd);
+    wait_for(&leases_ended, 1);
+    /* The control socket's types are not served here. */
+    fd = gvm_ctl_connect_import(ep);
+    CHECK_EQ(gvm_ctl_send(fd, GVM_CTL_PING, NULL, 0, NULL, 0, 0), 0);
+    CHECK_EQ(gvm_ctl_recv(fd, buf, sizeof buf, fds, &nfds, 4), 0);
+    close(fd);
+    /* Silence: dropped, not kept. */
+    fd = gvm_ctl_connect_import(ep);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK_EQ(gvm_ctl_recv(fd, buf, sizeof buf, fds, &nfds, 4), 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    CHECK((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >= GVM_IMPORT_REQUEST_MS / 2);
+    close(fd);
+    /* Reached through the runtime directory too (the same user in another
+     * network namespace), and not at all once the endpoint is wrong. */
+    char path[256];
+    CHECK_EQ(gvm_ctl_socket_path(ep, ".ipc", path, sizeof path, false), 0);
+    CHECK_EQ(access(path, F_OK), 0);
+    CHECK_EQ(gvm_ctl_connect_import(ep ^ 1), -ECONNREFUSED);
+}
+
 static const struct test_case cases[] = {
     TEST_ENTRY(framing_rejects_malformed_messages)
     TEST_ENTRY(handles_decode_only_what_they_encode)
@@ -261,6 +310,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(unsafe_runtime_dirs_are_refused)
     TEST_ENTRY(server_answers_and_ends_leases)
     TEST_ENTRY(forked_child_does_not_serve)
+    TEST_ENTRY(import_socket_serves_one_request_of_its_own_types)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }
