@@ -230,11 +230,11 @@ static bool accepting(const struct server *s)
 }
 
 /* Milliseconds until the next deadline or accept token, -1: none. */
-static int poll_timeout(const struct server *s, int64_t now, bool accept)
+static int poll_timeout(const struct server *s, int64_t now, bool listening)
 {
     if (!s->limited) return -1;
     int64_t wait = -1;
-    if (!accept && s->tokens < 1) wait = (int64_t)((1 - s->tokens) * 1e9 / GVM_IMPORT_RATE);
+    if (!listening && s->tokens < 1) wait = (int64_t)((1 - s->tokens) * 1e9 / GVM_IMPORT_RATE);
     for (size_t i = 0; i < s->nconns; i++) {
         if (!s->conns[i]->pending) continue;
         int64_t d = s->conns[i]->deadline_ns - now;
@@ -255,7 +255,7 @@ static void *server_main(void *arg)
             refill(s, now);
             drop_late(s, now);
         }
-        bool accept = accepting(s);
+        bool listening = accepting(s);
         size_t n = s->nconns + nls;
         if (n > cap) {
             struct pollfd *np = realloc(pf, n * sizeof *np);
@@ -266,9 +266,9 @@ static void *server_main(void *arg)
             pf = np;
             cap = n;
         }
-        for (size_t l = 0; l < nls; l++) pf[l] = (struct pollfd){.fd = accept ? s->ls[l].fd : -1, .events = POLLIN};
+        for (size_t l = 0; l < nls; l++) pf[l] = (struct pollfd){.fd = listening ? s->ls[l].fd : -1, .events = POLLIN};
         for (size_t i = 0; i < s->nconns; i++) pf[nls + i] = (struct pollfd){.fd = s->conns[i]->fd, .events = POLLIN};
-        if (poll(pf, n, poll_timeout(s, now, accept)) < 0) continue;
+        if (poll(pf, n, poll_timeout(s, now, listening)) < 0) continue;
         /* Back to front: dropping i moves the last entry into its place. */
         for (size_t i = n - nls; i-- > 0;)
             if (pf[nls + i].revents && !serve_one(s, s->conns[i])) conn_drop(s, i);
