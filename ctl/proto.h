@@ -1,4 +1,4 @@
-/* The message format of gvmshim's per-process control socket (ctl/server.h):
+/* The message format of gvmshim's per-process sockets (ctl/server.h):
  * one message per SOCK_SEQPACKET datagram, an 8-byte header and a payload:
  *
  *   byte 0      protocol version (GVM_CTL_VERSION)
@@ -21,7 +21,7 @@
 
 enum gvm_ctl_type {
     GVM_CTL_PING = 1,      /* -> pid (u32), uid (u32), endpoint (u64): who serves this socket */
-    GVM_CTL_IPC_OPEN = 2,  /* CUDA IPC: the pieces of an exported allocation (preload/ipc_export.c) */
+    GVM_CTL_IPC_OPEN = 2,  /* CUDA IPC, on the import socket only: the pieces of an exported allocation (preload/ipc_export.c) */
     /* gvmctl (preload/control.c). Each reply is one or more messages of the
      * request's type: byte 0 is 1 while more follow, bytes 1-4 a status
      * (0, a negative gvm_status or -errno), then text. */

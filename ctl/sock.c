@@ -4,6 +4,7 @@
 #include "ctl/server.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -37,13 +38,28 @@ int gvm_ctl_dir(char *out, size_t len, bool create)
     return gvm_ctl_dir_safe(&st, geteuid()) ? 0 : -EPERM;
 }
 
-int gvm_ctl_path(uint64_t endpoint, char *out, size_t len, bool create_dir)
+int gvm_ctl_socket_path(uint64_t endpoint, const char *suffix, char *out, size_t len, bool create_dir)
 {
     char dir[sizeof ((struct sockaddr_un *)0)->sun_path];
     int rc = gvm_ctl_dir(dir, sizeof dir, create_dir);
     if (rc) return rc;
-    int n = snprintf(out, len, "%s/%016llx.sock", dir, (unsigned long long)endpoint);
+    int n = snprintf(out, len, "%s/%016llx%s", dir, (unsigned long long)endpoint, suffix);
     return n < 0 || (size_t)n >= len ? -ENAMETOOLONG : 0;
+}
+
+int gvm_ctl_path(uint64_t endpoint, char *out, size_t len, bool create_dir)
+{
+    return gvm_ctl_socket_path(endpoint, ".sock", out, len, create_dir);
+}
+
+socklen_t gvm_ctl_import_name(uint64_t endpoint, struct sockaddr_un *a)
+{
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    /* sun_path[0] is 0: the abstract namespace; the name is the bytes
+     * after it, without a terminating 0. */
+    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "gvmshim-ipc-%016llx", (unsigned long long)endpoint);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
 static int peer_uid(int fd, uid_t *uid)
@@ -55,11 +71,9 @@ static int peer_uid(int fd, uid_t *uid)
     return 0;
 }
 
-int gvm_ctl_connect(uint64_t endpoint)
+/* Connects to a; with check_server, only to a server of an allowed user. */
+static int connect_to(const struct sockaddr_un *a, socklen_t len, bool check_server)
 {
-    struct sockaddr_un a = {.sun_family = AF_UNIX};
-    int rc = gvm_ctl_path(endpoint, a.sun_path, sizeof a.sun_path, false);
-    if (rc) return rc;
     int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
     if (fd < 0) return -errno;
     uid_t uid = (uid_t)-1;
@@ -67,14 +81,39 @@ int gvm_ctl_connect(uint64_t endpoint)
     struct timeval tv = {.tv_sec = GVM_CTL_TIMEOUT_S};
     setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-    if (connect(fd, (struct sockaddr *)&a, sizeof a)) rc = -errno;
-    else if ((rc = peer_uid(fd, &uid)) == 0 && !gvm_ctl_peer_allowed(uid, geteuid(), gvm_ctl_allow_root))
+    int rc = 0;
+    if (connect(fd, (const struct sockaddr *)a, len)) rc = -errno;
+    else if (check_server && (rc = peer_uid(fd, &uid)) == 0 &&
+             !gvm_ctl_peer_allowed(uid, geteuid(), gvm_ctl_allow_root))
         rc = -EPERM;
     if (rc) {
         close(fd);
         return rc;
     }
     return fd;
+}
+
+int gvm_ctl_connect(uint64_t endpoint)
+{
+    struct sockaddr_un a = {.sun_family = AF_UNIX};
+    int rc = gvm_ctl_path(endpoint, a.sun_path, sizeof a.sun_path, false);
+    return rc ? rc : connect_to(&a, sizeof a, true);
+}
+
+int gvm_ctl_connect_import(uint64_t endpoint)
+{
+    struct sockaddr_un a;
+    socklen_t len = gvm_ctl_import_name(endpoint, &a);
+    /* Any user's exporter: the handle's secret, not the server's user, is
+     * what makes the import right. */
+    int rc = connect_to(&a, len, false);
+    if (rc != -ECONNREFUSED && rc != -ENOENT) return rc;
+    /* Not in this network namespace: the same user's exporter may be
+     * reachable through a runtime directory both see. */
+    a = (struct sockaddr_un){.sun_family = AF_UNIX};
+    if (gvm_ctl_socket_path(endpoint, ".ipc", a.sun_path, sizeof a.sun_path, false)) return rc;
+    int frc = connect_to(&a, sizeof a, true);
+    return frc == -ENOENT ? rc : frc;
 }
 
 int gvm_ctl_send(int fd, uint8_t type, const void *payload, size_t len, const int *fds, int nfds, int flags)

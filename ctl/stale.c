@@ -26,7 +26,8 @@ bool gvm_ctl_sock_name(const char *name, uint64_t *endpoint)
 {
     unsigned long long ep = 0;
     int end = 0;
-    if (strlen(name) != 16 + 5 || strspn(name, "0123456789abcdef") != 16 || strcmp(name + 16, ".sock")) return false;
+    if (strspn(name, "0123456789abcdef") != 16 || (strcmp(name + 16, ".sock") && strcmp(name + 16, ".ipc")))
+        return false;
     if (sscanf(name, "%16llx%n", &ep, &end) != 1 || end != 16) return false;
     if (endpoint) *endpoint = ep;
     return true;

@@ -4,23 +4,31 @@
  *
  * The exporter gives out a 64-byte handle of its own (below) and keeps a
  * POSIX file descriptor for each physical piece of the exported region
- * (core/share.h), exported on the program's thread. The importer connects
- * to the exporter's control socket (ctl/server.h), named by the handle's
- * endpoint id, and asks for the allocation by id; the exporter's server
- * thread sends the descriptors (SCM_RIGHTS). The importer imports and maps
- * them in a range of its own and keeps the connection open as its lease:
- * when it closes the handle or dies, the exporter sees EOF.
+ * (core/share.h), exported on the program's thread. The handle is a
+ * capability, as natively: whoever holds its bytes may map the memory,
+ * whatever its user. The importer connects to the exporter's import
+ * socket (ctl/server.h: any user, separate from the control socket), named
+ * by the handle's endpoint id, and presents the allocation's secret; the
+ * exporter's server thread compares it in constant time with those of the
+ * live exports and sends the descriptors (SCM_RIGHTS), or one refusal for
+ * every kind of wrong request. The importer imports and maps them in a
+ * range of its own and keeps the connection open as its lease: when it
+ * closes the handle or dies, the exporter sees EOF.
  *
  * Handle layout (little-endian), CU_IPC_HANDLE_SIZE bytes:
- *    0   "GVMIPC", version (1), 0
- *    8   endpoint id of the exporter's socket (random per process)
- *   16   allocation id, 16 bytes (fresh per exported allocation)
+ *    0   "GVMIPC", version (2), 0
+ *    8   endpoint id of the exporter's import socket (random per process)
+ *   16   the allocation's secret, 16 bytes (128 bits from getrandom, fresh
+ *        per exported allocation): both its name and the proof of holding
+ *        the handle
  *   32   offset of the allocation in the exported span
  *   40   bytes the program asked for
  *   48   bytes of the span (the importer reserves this much)
  *   56   number of pieces
- *   60   FNV-1a checksum of bytes 0-59
- * A handle without the magic is the driver's and goes to it untouched. */
+ *   60   FNV-1a checksum of bytes 0-59 (against corruption, not forgery)
+ * A handle without the magic is the driver's and goes to it untouched.
+ * Version 1 (a guessable counter for the id, served on the control
+ * socket) is refused as a bad handle. */
 #ifndef GVM_PRELOAD_IPC_H
 #define GVM_PRELOAD_IPC_H
 
@@ -29,12 +37,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GVM_IPC_VERSION 1
+#define GVM_IPC_VERSION 2
+#define GVM_IPC_SECRET 16   /* bytes of an allocation's secret */
 #define GVM_IPC_BATCH 64     /* pieces (descriptors) per reply message */
 
 struct gvm_ipc_handle {
     uint64_t endpoint;
-    uint8_t id[16];
+    uint8_t id[GVM_IPC_SECRET];   /* the secret */
     uint64_t offset, size, extent;
     uint32_t npieces;
 };
@@ -47,7 +56,7 @@ enum { GVM_IPC_OK = 0, GVM_IPC_FOREIGN = 1, GVM_IPC_BAD = -1 };
 int gvm_ipc_decode(const void *bytes, size_t len, struct gvm_ipc_handle *h);
 void gvm_ipc_encode(const struct gvm_ipc_handle *h, uint8_t out[CU_IPC_HANDLE_SIZE]);
 
-/* The OPEN request: endpoint (8) and allocation id (16). */
+/* The OPEN request: endpoint (8) and the allocation's secret (16). */
 #define GVM_IPC_OPEN_LEN 24
 /* Each reply: status (CUresult, 4), total pieces (4), first piece of this
  * message (4), pieces in it (4), extent (8), then a size (8) per piece,

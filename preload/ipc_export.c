@@ -1,6 +1,8 @@
 /* CUDA IPC, the exporter (preload/ipc.h): a registry of exported
- * allocations, each with its pieces' descriptors and its importers'
- * leases, served from the control socket's thread.
+ * allocations, each with its pieces' descriptors (exported at
+ * cuIpcGetMemHandle) and its importers' leases, served from the import
+ * socket's thread (ctl/server.h) to whoever presents an allocation's
+ * secret, whatever its user.
  *
  * Locks: reg_lock guards the registry and is held only for list and
  * counter updates (the server thread takes it; it never waits on the core).
@@ -15,15 +17,15 @@
 #include "ctl/server.h"
 #include "preload/shim.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
-#include <time.h>
 #include <unistd.h>
 
 struct export {
-    uint8_t id[16];
+    uint8_t id[GVM_IPC_SECRET];    /* the secret: 128 random bits */
     struct gvm_region *region;
     int slot;
     uint64_t buffer_id;
@@ -41,7 +43,6 @@ struct export {
 static pthread_mutex_t reg_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct export *exports;
 static int live_leases;
-static uint64_t id_salt, id_next;
 
 /* ---- the registry (reg_lock held) ------------------------------------- */
 
@@ -52,11 +53,23 @@ static struct export *find_alloc(const struct gvm_region *r, int slot, uint64_t 
     return NULL;
 }
 
-static struct export *find_id(const uint8_t id[16])
+/* In constant time: how long a comparison takes must not tell a guesser
+ * how many of its bytes were right. */
+static bool same_secret(const uint8_t *a, const uint8_t *b)
 {
+    volatile uint8_t d = 0;
+    for (int i = 0; i < GVM_IPC_SECRET; i++) d |= a[i] ^ b[i];
+    return d == 0;
+}
+
+/* Every export is compared, match or not, so the time taken depends on
+ * their number only. */
+static struct export *find_id(const uint8_t id[GVM_IPC_SECRET])
+{
+    struct export *hit = NULL;
     for (struct export *e = exports; e; e = e->next)
-        if (!e->revoked && !memcmp(e->id, id, 16)) return e;
-    return NULL;
+        if (same_secret(e->id, id) && !e->revoked) hit = e;
+    return hit;
 }
 
 static void unlink_export(struct export *e)
@@ -131,7 +144,10 @@ static int freed(struct gvm_region *r, int slot, uint64_t buffer_id)
     return GVM_SHARE_RELEASE;
 }
 
-/* ---- serving OPEN (server thread) -------------------------------------- */
+/* ---- serving OPEN (the import socket's thread) ---------------------------
+ * Any user may connect and ask. Every refusal (a wrong endpoint, a secret
+ * no live export has, a request of the wrong shape) is the same reply and
+ * leaves no trace in the log: nothing tells a guesser more than "no". */
 
 static void reply_error(struct gvm_ctl_conn *c, CUresult rc)
 {
@@ -158,7 +174,7 @@ static void send_pieces(struct gvm_ctl_conn *c, struct export *e)
 
 static void serve_open(struct gvm_ctl_conn *c, const struct gvm_ctl_msg *m)
 {
-    if (m->len != GVM_IPC_OPEN_LEN || gvm_get_u64(m->payload) != gvm_ctl_endpoint()) {
+    if (m->len != GVM_IPC_OPEN_LEN || gvm_get_u64(m->payload) != gvm_ctl_import_endpoint()) {
         reply_error(c, CUDA_ERROR_INVALID_VALUE);
         return;
     }
@@ -207,20 +223,37 @@ static void reg_fork_child(void)
 
 static void setup(void)
 {
-    if (getrandom(&id_salt, sizeof id_salt, 0) != (ssize_t)sizeof id_salt)
-        id_salt = (uint64_t)getpid() << 32 ^ (uint64_t)time(NULL);
     gvm_share_freed_hook = freed;
-    gvm_ctl_register(GVM_CTL_IPC_OPEN, serve_open);
+    gvm_ctl_register_import(GVM_CTL_IPC_OPEN, serve_open);
     pthread_atfork(reg_fork_prepare, reg_fork_parent, reg_fork_child);
 }
 
-static struct export *new_export(struct gvm_share *s, uint64_t endpoint)
+/* 128 bits from the kernel's generator: the capability an importer must
+ * present. Without them there is no export (a guessable id would let any
+ * user of the network namespace map the memory). */
+static bool new_secret(uint8_t out[GVM_IPC_SECRET])
+{
+    size_t got = 0;
+    while (got < GVM_IPC_SECRET) {
+        ssize_t n = getrandom(out + got, GVM_IPC_SECRET - got, 0);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) return false;
+        got += (size_t)n;
+    }
+    return true;
+}
+
+static struct export *new_export(struct gvm_share *s, uint64_t endpoint, CUresult *rc)
 {
     struct export *e = calloc(1, sizeof *e);
+    *rc = CUDA_ERROR_OUT_OF_MEMORY;
     if (!e) return NULL;
-    uint64_t n = __atomic_add_fetch(&id_next, 1, __ATOMIC_RELAXED);
-    gvm_put_u64(e->id, n);
-    gvm_put_u64(e->id + 8, id_salt);
+    if (!new_secret(e->id)) {
+        gvm_warn("cannot export for CUDA IPC: no random bytes from getrandom: %s", strerror(errno));
+        free(e);
+        *rc = CUDA_ERROR_OPERATING_SYSTEM;
+        return NULL;
+    }
     e->region = s->region;
     e->slot = s->slot;
     e->buffer_id = s->buffer_id;
@@ -232,6 +265,7 @@ static struct export *new_export(struct gvm_share *s, uint64_t endpoint)
                                .extent = s->extent, .npieces = (uint32_t)s->npieces};
     memcpy(h.id, e->id, sizeof h.id);
     gvm_ipc_encode(&h, e->handle);
+    *rc = CUDA_SUCCESS;
     return e;
 }
 
@@ -250,17 +284,14 @@ CUresult gvm_ipc_export(CUipcMemHandle *out, CUdeviceptr p)
         gvm_share_unlock(&s);
         return CUDA_SUCCESS;
     }
-    int err = gvm_ctl_start();
+    int err = gvm_ctl_start_import();
     if (err) {
         gvm_share_unlock(&s);
-        gvm_warn("cannot serve CUDA IPC: control socket: %s", strerror(-err));
+        gvm_warn("cannot serve CUDA IPC: import socket: %s", strerror(-err));
         return CUDA_ERROR_OPERATING_SYSTEM;
     }
     rc = gvm_share_export(&s);
-    if (rc == CUDA_SUCCESS && !(e = new_export(&s, gvm_ctl_endpoint()))) {
-        gvm_share_unexport(&s);
-        rc = CUDA_ERROR_OUT_OF_MEMORY;
-    }
+    if (rc == CUDA_SUCCESS && !(e = new_export(&s, gvm_ctl_import_endpoint(), &rc))) gvm_share_unexport(&s);
     if (rc == CUDA_SUCCESS) {
         pthread_mutex_lock(&reg_lock);
         e->next = exports;

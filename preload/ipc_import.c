@@ -1,5 +1,5 @@
 /* CUDA IPC, the importer (preload/ipc.h): opens a gvmshim handle by asking
- * the exporter's control socket for the pieces' descriptors, maps them in
+ * the exporter's import socket for the pieces' descriptors, maps them in
  * a range of its own, and counts opens of the same handle in the same
  * device's context. The connection to the exporter stays open while the
  * handle does: it is the lease that tells the exporter the memory is in
@@ -180,7 +180,7 @@ static CUresult import_new(const struct gvm_ipc_handle *h, CUdevice dev, unsigne
     if (!gvm_drv.cuMemImportFromShareableHandle) return CUDA_ERROR_NOT_SUPPORTED;
     struct import *m = calloc(1, sizeof *m);
     if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
-    int conn = gvm_ctl_connect(h->endpoint);
+    int conn = gvm_ctl_connect_import(h->endpoint);
     if (conn < 0) {
         gvm_debug("ipc: exporter %016llx unreachable: %s", (unsigned long long)h->endpoint, strerror(-conn));
         free(m);

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 
 static void framing_rejects_malformed_messages(void)
 {
@@ -257,6 +258,54 @@ static void forked_child_does_not_serve(void)
     CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
 }
 
+/* The import socket: any user (abstract, no file permissions), only the
+ * types registered on it, one request per connection, and a connection
+ * that sends nothing is dropped after GVM_IMPORT_REQUEST_MS. */
+static void import_socket_serves_one_request_of_its_own_types(void)
+{
+    private_runtime_dir();
+    gvm_ctl_register_import(9, lease_handler);
+    CHECK_EQ(gvm_ctl_start_import(), 0);
+    uint64_t ep = gvm_ctl_import_endpoint();
+    CHECK(ep != 0);
+    CHECK(ep != gvm_ctl_endpoint());
+    uint8_t buf[GVM_CTL_MSG_MAX];
+    int fds[4], nfds = -1;
+    /* Its type: answered, the lease held until the client goes. */
+    int fd = gvm_ctl_connect_import(ep);
+    CHECK(fd >= 0);
+    CHECK_EQ(gvm_ctl_send(fd, 9, NULL, 0, NULL, 0, 0), 0);
+    CHECK_EQ(gvm_ctl_recv(fd, buf, sizeof buf, fds, &nfds, 4), GVM_CTL_HDR + 2);
+    CHECK_EQ(nfds, 1);
+    close(fds[0]);
+    /* A second request on it: hung up on unread (a reset), and the lease
+     * ends. */
+    CHECK_EQ(gvm_ctl_send(fd, 9, NULL, 0, NULL, 0, 0), 0);
+    ssize_t n = gvm_ctl_recv(fd, buf, sizeof buf, fds, &nfds, 4);
+    CHECK(n == 0 || n == -ECONNRESET);
+    close(fd);
+    wait_for(&leases_ended, 1);
+    /* The control socket's types are not served here. */
+    fd = gvm_ctl_connect_import(ep);
+    CHECK_EQ(gvm_ctl_send(fd, GVM_CTL_PING, NULL, 0, NULL, 0, 0), 0);
+    CHECK_EQ(gvm_ctl_recv(fd, buf, sizeof buf, fds, &nfds, 4), 0);
+    close(fd);
+    /* Silence: dropped, not kept. */
+    fd = gvm_ctl_connect_import(ep);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK_EQ(gvm_ctl_recv(fd, buf, sizeof buf, fds, &nfds, 4), 0);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    CHECK((t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000 >= GVM_IMPORT_REQUEST_MS / 2);
+    close(fd);
+    /* Reached through the runtime directory too (the same user in another
+     * network namespace), and not at all once the endpoint is wrong. */
+    char path[256];
+    CHECK_EQ(gvm_ctl_socket_path(ep, ".ipc", path, sizeof path, false), 0);
+    CHECK_EQ(access(path, F_OK), 0);
+    CHECK_EQ(gvm_ctl_connect_import(ep ^ 1), -ECONNREFUSED);
+}
+
 /* ---- dead processes' sockets ---------------------------------------- */
 
 /* A socket file at dir/name that nobody listens on: what a process killed
@@ -444,6 +493,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(a_starting_server_removes_dead_processes_sockets)
     TEST_ENTRY(a_client_removes_only_a_dead_socket)
     TEST_ENTRY(socket_names_are_exact)
+    TEST_ENTRY(import_socket_serves_one_request_of_its_own_types)
 };
 
 int main(int argc, char **argv) { return run_cases(cases, sizeof cases / sizeof *cases, argc, argv); }

@@ -16,19 +16,31 @@
  *   fail NAME NTH      -> ok (the NTH next call fails with OUT_OF_MEMORY)
  *   peer 0|1           -> ok (the simulated devices reach each other or not)
  *   forkhold           -> ok PID (a forked child that sleeps; not exec'd)
+ *   uid                -> ok UID (the peer's effective user)
  *   exit / die         (die: _exit without any cleanup) */
 #define _GNU_SOURCE
 #include "core/cuda_api.h"
 #include "gvmshim.h"
 #include "harness.h"
+#include "ctl/proto.h"
 #include "preload/ipc.h"
 
 #include <dlfcn.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <time.h>
 
 #define MiB ((size_t)1 << 20)
 
@@ -217,6 +229,8 @@ static void command(const char *line, char *out, size_t len)
         void (*set_peer)(int) = sim_fn("simcuda_set_peer");
         set_peer((int)x);
         snprintf(out, len, "ok");
+    } else if (!strcmp(op, "uid")) {
+        snprintf(out, len, "ok %u", (unsigned)geteuid());
     } else if (!strcmp(op, "forkhold")) {
         pid_t pid = fork();
         if (pid == 0) {
@@ -250,7 +264,12 @@ struct peer {
     FILE *to, *from;
 };
 
-static struct peer spawn_env(const char *env)
+#define NOBODY 65534
+
+/* Starts the peer; with env, one more variable; with uid (not 0), as that
+ * user, which has a runtime directory of its own; with errfile, its stderr
+ * goes there. */
+static struct peer spawn_full(const char *env, uid_t uid, const char *errfile)
 {
     int in[2], out[2];
     CHECK(pipe(in) == 0 && pipe(out) == 0);
@@ -261,6 +280,14 @@ static struct peer spawn_env(const char *env)
         close(in[1]);
         close(out[0]);
         if (env) putenv((char *)env);
+        if (errfile) {
+            int fd = open(errfile, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+            if (fd < 0 || dup2(fd, 2) < 0) _exit(126);
+        }
+        if (uid) {
+            unsetenv("XDG_RUNTIME_DIR");
+            if (setgroups(0, NULL) || setgid(uid) || setuid(uid)) _exit(126);
+        }
         execl("/proc/self/exe", "test-ipc", "--peer", (char *)NULL);
         _exit(127);
     }
@@ -268,6 +295,8 @@ static struct peer spawn_env(const char *env)
     close(out[1]);
     return (struct peer){pid, fdopen(in[1], "w"), fdopen(out[0], "r")};
 }
+
+static struct peer spawn_env(const char *env) { return spawn_full(env, 0, NULL); }
 
 static struct peer spawn(void) { return spawn_env(NULL); }
 
@@ -746,6 +775,387 @@ static void killed_exporter_with_forked_child(void)
     fclose(c.from);
 }
 
+/* ---- across users -----------------------------------------------------------
+ * A CUDA IPC handle is a capability: natively any process that holds its
+ * bytes and can use the GPU maps the memory, whatever its user. These cases
+ * run a peer as nobody, which needs root (the cpu suite runs as root in
+ * CI); elsewhere they say so and pass. */
+
+/* Whether a peer can run as nobody here: root, and the program and
+ * gvmshim readable by nobody. */
+static bool can_switch_users(const char *what)
+{
+    if (geteuid() != 0) {
+        fprintf(stderr, "%s: skipped: starting a peer as another user needs root\n", what);
+        return false;
+    }
+    char exe[4096];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    CHECK(n > 0);
+    exe[n] = 0;
+    const char *preload = getenv("LD_PRELOAD");
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY)) _exit(1);
+        _exit(access(exe, X_OK) || (preload && access(preload, R_OK)) ? 2 : 0);
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    if (!WIFEXITED(status) || WEXITSTATUS(status)) {
+        fprintf(stderr, "%s: skipped: user %d cannot run %s with %s\n", what, NOBODY, exe, preload ? preload : "(no preload)");
+        return false;
+    }
+    return true;
+}
+
+static void drop_to_nobody(void)
+{
+    if (setgroups(0, NULL) || setgid(NOBODY) || setuid(NOBODY)) _exit(120);
+}
+
+/* The handle as a peer would write it, with fields changed. */
+static void encode_hex(const struct gvm_ipc_handle *h, char hex[2 * CU_IPC_HANDLE_SIZE + 1])
+{
+    uint8_t b[CU_IPC_HANDLE_SIZE];
+    gvm_ipc_encode(h, b);
+    to_hex(b, sizeof b, hex);
+}
+
+static struct gvm_ipc_handle decode_hex(const char *hex)
+{
+    uint8_t b[CU_IPC_HANDLE_SIZE];
+    struct gvm_ipc_handle h;
+    CHECK_EQ(from_hex(hex, b, sizeof b), 0);
+    CHECK_EQ(gvm_ipc_decode(b, sizeof b, &h), GVM_IPC_OK);
+    return h;
+}
+
+static void another_user_imports_and_exports(void)
+{
+    start();
+    if (!can_switch_users(__func__)) return;
+    CUdeviceptr p = ok(NULL, "alloc %zu", 10 * MiB), s = ok(NULL, "alloc 1000");
+    EXPECT(NULL, "0", "fill %#llx %zu 21", p, 10 * MiB);
+    EXPECT(NULL, "0", "fill %#llx 1000 22", s);
+    char hp[2 * CU_IPC_HANDLE_SIZE + 1], hs[2 * CU_IPC_HANDLE_SIZE + 1];
+    snprintf(hp, sizeof hp, "%s", export_here(p));
+    snprintf(hs, sizeof hs, "%s", export_here(s));
+    struct peer c = spawn_full(NULL, NOBODY, NULL);
+    CHECK_EQ(ok(&c, "uid"), NOBODY);
+    char before[64];
+    snprintf(before, sizeof before, "%s", run(&c, "counts"));
+    CUdeviceptr q = ok(&c, "open %s", hp);
+    EXPECT(&c, "ok", "check %#llx %zu 21", q, 10 * MiB);
+    EXPECT(&c, "0", "fill %#llx %zu 23", q + 4096, (size_t)65536);
+    EXPECT(NULL, "ok", "check %#llx %zu 23", p + 4096, (size_t)65536);
+    CUdeviceptr r = ok(&c, "open %s", hs);
+    EXPECT(&c, "ok", "check %#llx 1000 22", r);
+    EXPECT(NULL, "2 2", "leases");
+    EXPECT(&c, "0", "close %#llx", q);
+    EXPECT(&c, "0", "close %#llx", r);
+    EXPECT(&c, before, "counts");
+    wait_leases(NULL, "2 0");
+    /* And the other way: nobody's memory, opened by root. */
+    CUdeviceptr o = ok(&c, "alloc %zu", 4 * MiB);
+    EXPECT(&c, "0", "fill %#llx %zu 24", o, 4 * MiB);
+    char ho[2 * CU_IPC_HANDLE_SIZE + 16];
+    const char *a = run(&c, "export %#llx", o);
+    CHECK(!strncmp(a, "ok ", 3));
+    snprintf(ho, sizeof ho, "%s", a + 3);
+    CUdeviceptr m = ok(NULL, "open %s", ho);
+    EXPECT(NULL, "ok", "check %#llx %zu 24", m, 4 * MiB);
+    EXPECT(NULL, "0", "close %#llx", m);
+    wait_leases(&c, "1 0");
+    CHECK_EQ(finish(&c, "exit"), 0);
+}
+
+static bool file_mentions(const char *path, long from, const char *word)
+{
+    FILE *f = fopen(path, "r");
+    CHECK(f);
+    fseek(f, from, SEEK_SET);
+    char line[1024];
+    bool found = false;
+    while (!found && fgets(line, sizeof line, f)) found = strcasestr(line, word) != NULL;
+    fclose(f);
+    return found;
+}
+
+static long file_size(const char *path)
+{
+    struct stat st;
+    CHECK_EQ(stat(path, &st), 0);
+    return (long)st.st_size;
+}
+
+static void another_user_with_forged_and_stale_handles(void)
+{
+    start();
+    if (!can_switch_users(__func__)) return;
+    char log[] = "/tmp/gvmshim-test-ipc-log-XXXXXX";
+    int lfd = mkstemp(log);
+    CHECK(lfd >= 0);
+    close(lfd);
+    /* The exporter (root) logs everything it logs at all. */
+    struct peer e = spawn_full("GVM_LOG=debug", 0, log);
+    CUdeviceptr p = ok(&e, "alloc %zu", 4 * MiB);
+    EXPECT(&e, "0", "fill %#llx %zu 26", p, 4 * MiB);
+    char hex[2 * CU_IPC_HANDLE_SIZE + 16], forged_hex[2 * CU_IPC_HANDLE_SIZE + 1];
+    const char *a = run(&e, "export %#llx", p);
+    CHECK(!strncmp(a, "ok ", 3));
+    snprintf(hex, sizeof hex, "%s", a + 3);
+    struct gvm_ipc_handle h = decode_hex(hex);
+    struct peer c = spawn_full(NULL, NOBODY, NULL);
+    char before[64];
+    snprintf(before, sizeof before, "%s", run(&c, "counts"));
+    long logged = file_size(log);
+    /* Forged: a random secret, the real one with one bit flipped, another
+     * endpoint. Each gets what a stale handle gets. */
+    struct gvm_ipc_handle f = h;
+    CHECK_EQ(getrandom(f.id, sizeof f.id, 0), (ssize_t)sizeof f.id);
+    encode_hex(&f, forged_hex);
+    EXPECT(&c, "1", "open %s", forged_hex);
+    for (int bit = 0; bit < 128; bit += 37) {
+        f = h;
+        f.id[bit / 8] ^= (uint8_t)(1u << bit % 8);
+        encode_hex(&f, forged_hex);
+        EXPECT(&c, "1", "open %s", forged_hex);
+    }
+    f = h;
+    f.endpoint ^= 0x8001;
+    encode_hex(&f, forged_hex);
+    EXPECT(&c, "1", "open %s", forged_hex);
+    EXPECT(&c, before, "counts");
+    /* The exporter said nothing about them: no hint for a guesser. */
+    CHECK(!file_mentions(log, logged, "ipc"));
+    /* The real handle works; freed, it is stale; its exporter gone, too. */
+    CUdeviceptr q = ok(&c, "open %s", hex);
+    EXPECT(&c, "ok", "check %#llx %zu 26", q, 4 * MiB);
+    EXPECT(&c, "0", "close %#llx", q);
+    wait_leases(&e, "1 0");
+    EXPECT(&e, "0", "free %#llx", p);
+    EXPECT(&c, "1", "open %s", hex);
+    CUdeviceptr p2 = ok(&e, "alloc %zu", 4 * MiB);
+    const char *a2 = run(&e, "export %#llx", p2);
+    CHECK(!strncmp(a2, "ok ", 3));
+    snprintf(hex, sizeof hex, "%s", a2 + 3);
+    CHECK_EQ(finish(&e, "exit"), 0);
+    EXPECT(&c, "1", "open %s", hex);
+    EXPECT(&c, before, "counts");
+    CHECK_EQ(finish(&c, "exit"), 0);
+    unlink(log);
+}
+
+/* ---- a flood of bad imports -------------------------------------------------- */
+
+static socklen_t import_address(uint64_t endpoint, struct sockaddr_un *a)
+{
+    memset(a, 0, sizeof *a);
+    a->sun_family = AF_UNIX;
+    int n = snprintf(a->sun_path + 1, sizeof a->sun_path - 1, "gvmshim-ipc-%016llx", (unsigned long long)endpoint);
+    return (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+static int connect_import(uint64_t endpoint)
+{
+    struct sockaddr_un a;
+    socklen_t len = import_address(endpoint, &a);
+    int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    CHECK(fd >= 0);
+    struct timeval tv = {.tv_sec = 30};
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+    if (connect(fd, (struct sockaddr *)&a, len)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* Sends a request of type with payload; returns the status of the one
+ * reply (-1: none before EOF), and counts the descriptors that came. */
+static long request(int fd, uint8_t type, const uint8_t *payload, uint32_t len, int *fds_received)
+{
+    uint8_t msg[GVM_CTL_HDR + 64] = {GVM_CTL_VERSION, type};
+    gvm_put_u32(msg + 4, len);
+    memcpy(msg + GVM_CTL_HDR, payload, len);
+    if (send(fd, msg, GVM_CTL_HDR + len, MSG_NOSIGNAL) != (ssize_t)(GVM_CTL_HDR + len)) return -1;
+    long status = -1;
+    for (;;) {
+        uint8_t buf[GVM_CTL_MSG_MAX];
+        union {
+            char b[CMSG_SPACE(sizeof(int) * GVM_CTL_FDS_MAX)];
+            struct cmsghdr align;
+        } ctrl;
+        struct iovec iov = {buf, sizeof buf};
+        struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctrl.b, .msg_controllen = sizeof ctrl.b};
+        ssize_t n = recvmsg(fd, &mh, MSG_CMSG_CLOEXEC);
+        if (n <= 0) return n == 0 ? status : -2;
+        for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+            int k = (int)((c->cmsg_len - CMSG_LEN(0)) / sizeof(int));
+            for (int i = 0; i < k; i++) {
+                int d;
+                memcpy(&d, CMSG_DATA(c) + sizeof(int) * (size_t)i, sizeof d);
+                close(d);
+                (*fds_received)++;
+            }
+        }
+        if (n >= GVM_CTL_HDR + 4 && status == -1) status = gvm_get_u32(buf + GVM_CTL_HDR);
+    }
+}
+
+/* 2000 bad attempts of every kind, and connections that never send a
+ * thing held through them. Exits 0 when every attempt was refused and no
+ * descriptor ever came. */
+static int flood(const struct gvm_ipc_handle *h)
+{
+    int idle[40], bad = 0, fds = 0;
+    for (int i = 0; i < 40; i++) idle[i] = connect_import(h->endpoint);
+    for (int i = 0; i < 2000; i++) {
+        int fd = connect_import(h->endpoint);
+        if (fd < 0) {
+            bad++;
+            continue;
+        }
+        uint8_t open_req[GVM_IPC_OPEN_LEN];
+        gvm_put_u64(open_req, h->endpoint);
+        memcpy(open_req + 8, h->id, GVM_IPC_SECRET);
+        long st = 0;
+        switch (i % 5) {
+        case 0:   /* a random secret */
+            if (getrandom(open_req + 8, GVM_IPC_SECRET, 0) != GVM_IPC_SECRET) bad++;
+            st = request(fd, GVM_CTL_IPC_OPEN, open_req, sizeof open_req, &fds);
+            bad += st != CUDA_ERROR_INVALID_VALUE;
+            break;
+        case 1:   /* the secret, one byte off */
+            open_req[8 + i % GVM_IPC_SECRET] ^= (uint8_t)(1 + i % 255);
+            st = request(fd, GVM_CTL_IPC_OPEN, open_req, sizeof open_req, &fds);
+            bad += st != CUDA_ERROR_INVALID_VALUE;
+            break;
+        case 2:   /* a request of the wrong length */
+            st = request(fd, GVM_CTL_IPC_OPEN, open_req, 9, &fds);
+            bad += st != CUDA_ERROR_INVALID_VALUE;
+            break;
+        case 3:   /* the control socket's requests: not served here, no answer */
+            st = request(fd, (uint8_t)(i % 2 ? GVM_CTL_INFO : GVM_CTL_PING), NULL, 0, &fds);
+            bad += st != -1;
+            break;
+        default:  /* gone at once */
+            break;
+        }
+        close(fd);
+    }
+    for (int i = 0; i < 40; i++)
+        if (idle[i] >= 0) close(idle[i]);
+    if (bad || fds) fprintf(stderr, "flood: %d attempts not refused, %d descriptors received\n", bad, fds);
+    return bad || fds;
+}
+
+static double seconds(void)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec / 1e9;
+}
+
+/* Another user floods the import socket while the program allocates,
+ * exports and frees: the program goes on (no lock of its own is held by
+ * the socket's thread while it reads a peer), a real importer still gets
+ * the memory, and nothing is left of the flood. Without root the flood
+ * comes from the same user: the limits are the same. */
+static void flood_of_bad_imports(void)
+{
+    start();
+    bool other = can_switch_users(__func__);
+    CUdeviceptr p = ok(NULL, "alloc %zu", 2 * MiB);
+    EXPECT(NULL, "0", "fill %#llx %zu 27", p, 2 * MiB);
+    char hex[2 * CU_IPC_HANDLE_SIZE + 1];
+    snprintf(hex, sizeof hex, "%s", export_here(p));
+    struct gvm_ipc_handle h = decode_hex(hex);
+    pid_t attacker = fork();
+    if (attacker == 0) {
+        if (other) drop_to_nobody();
+        _exit(flood(&h));
+    }
+    double worst = 0;
+    for (int i = 0; i < 200; i++) {
+        double t0 = seconds();
+        CUdeviceptr big = ok(NULL, "alloc %zu", 2 * MiB), small = ok(NULL, "alloc 4000");
+        export_here(big);
+        export_here(small);
+        EXPECT(NULL, "0", "free %#llx", big);
+        EXPECT(NULL, "0", "free %#llx", small);
+        double t = seconds() - t0;
+        if (t > worst) worst = t;
+    }
+    fprintf(stderr, "flood: the slowest of 200 export rounds took %.1f ms\n", worst * 1e3);
+    struct peer c = spawn_full(NULL, other ? NOBODY : 0, NULL);
+    CUdeviceptr q = ok(&c, "open %s", hex);
+    EXPECT(&c, "ok", "check %#llx %zu 27", q, 2 * MiB);
+    EXPECT(&c, "0", "close %#llx", q);
+    CHECK_EQ(finish(&c, "exit"), 0);
+    int status;
+    alarm(120);
+    CHECK_EQ(waitpid(attacker, &status, 0), attacker);
+    alarm(0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    wait_leases(NULL, "1 0");
+    /* Still served after the flood. */
+    c = spawn_full(NULL, other ? NOBODY : 0, NULL);
+    q = ok(&c, "open %s", hex);
+    EXPECT(&c, "ok", "check %#llx %zu 27", q, 2 * MiB);
+    CHECK_EQ(finish(&c, "exit"), 0);
+    wait_leases(NULL, "1 0");
+}
+
+/* The import socket is no way into the control socket: another user
+ * cannot reach the control socket (its directory is the user's, 0700),
+ * and the import socket answers none of its requests. */
+static void another_user_cannot_reach_control(void)
+{
+    start();
+    if (!can_switch_users(__func__)) return;
+    CUdeviceptr p = ok(NULL, "alloc %zu", 2 * MiB);
+    struct gvm_ipc_handle h = decode_hex(export_here(p));
+    char dir[256], paths[8][sizeof ((struct sockaddr_un *)0)->sun_path];
+    int n = 0, k = snprintf(dir, sizeof dir, "%s/gvmshim", getenv("XDG_RUNTIME_DIR"));
+    CHECK(k > 0 && (size_t)k < sizeof dir);
+    DIR *d = opendir(dir);
+    CHECK(d);
+    for (struct dirent *e; n < 8 && (e = readdir(d));) {
+        if (!strstr(e->d_name, ".sock")) continue;
+        k = snprintf(paths[n], sizeof paths[n], "%s/%s", dir, e->d_name);
+        if (k > 0 && (size_t)k < sizeof paths[n]) n++;
+    }
+    closedir(d);
+    CHECK(n > 0);   /* this process's own, at least */
+    pid_t pid = fork();
+    if (pid == 0) {
+        drop_to_nobody();
+        for (int i = 0; i < n; i++) {
+            struct sockaddr_un a = {.sun_family = AF_UNIX};
+            memcpy(a.sun_path, paths[i], sizeof a.sun_path);
+            int fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+            if (!connect(fd, (struct sockaddr *)&a, sizeof a) || errno != EACCES) _exit(1);
+            close(fd);
+        }
+        if (opendir(dir)) _exit(2);   /* nor can it list who runs */
+        const uint8_t types[] = {GVM_CTL_PING, GVM_CTL_INFO, GVM_CTL_STATS, GVM_CTL_SET, GVM_CTL_PAUSE,
+                                 GVM_CTL_RESUME, GVM_CTL_MIGRATE};
+        for (size_t i = 0; i < sizeof types; i++) {
+            int fd = connect_import(h.endpoint), fds = 0;
+            if (fd < 0) _exit(3);
+            if (request(fd, types[i], (const uint8_t *)"all", 3, &fds) != -1 || fds) _exit(4);
+            close(fd);
+        }
+        _exit(0);
+    }
+    int status;
+    CHECK_EQ(waitpid(pid, &status, 0), pid);
+    CHECK(WIFEXITED(status));
+    CHECK_EQ(WEXITSTATUS(status), 0);
+}
+
 static const struct test_case cases[] = {
     TEST_ENTRY(large_allocation_shared_both_ways)
     TEST_ENTRY(packed_allocation_exports_its_chunk)
@@ -759,6 +1169,10 @@ static const struct test_case cases[] = {
     TEST_ENTRY(failed_export_changes_nothing)
     TEST_ENTRY(concurrent_opens_and_frees)
     TEST_ENTRY(killed_exporter_with_forked_child)
+    TEST_ENTRY(another_user_imports_and_exports)
+    TEST_ENTRY(another_user_with_forged_and_stale_handles)
+    TEST_ENTRY(flood_of_bad_imports)
+    TEST_ENTRY(another_user_cannot_reach_control)
 };
 
 int main(int argc, char **argv)

@@ -1,7 +1,8 @@
 /* Fuzz target: what a process under the shim parses from bytes another
  * process controls: CUDA IPC handles (anyone may pass one to
- * cuIpcOpenMemHandle), control-socket messages (what a client sends the
- * server) and the exporter's replies to an importer. Built with clang
+ * cuIpcOpenMemHandle), socket messages (what a client sends a server: on
+ * the import socket, any user of the network namespace) and the
+ * exporter's replies to an importer. Built with clang
  * -fsanitize=fuzzer (see meson.build); any crash, sanitizer report or
  * broken property is a bug.
  *
