@@ -208,6 +208,40 @@ static int other_pools_sequence(void)
     return 0;
 }
 
+/* Failures under the shim: a synchronize or trim the driver refuses
+ * settles nothing; when gvmshim cannot read the pool's release threshold
+ * at a synchronize, the pool keeps its reserve until the next one. */
+static void failures_keep_the_figures(void)
+{
+    CUmemoryPool pool = start(0);
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    CHECK(lib != NULL);
+    void (*fail_call)(const char *, unsigned long, CUresult) =
+        (void (*)(const char *, unsigned long, CUresult))dlsym(lib, "simcuda_fail_call");
+    CHECK(fail_call != NULL);
+    cuuint64_t reserved = 0;
+    CUdeviceptr p = 0;
+    CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemPoolTrimTo, pool, 0), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemAllocAsync, &p, 3 * MiB, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFreeAsync, p, NULL), CUDA_SUCCESS);
+    fail_call("cuCtxSynchronize", 1, CUDA_ERROR_LAUNCH_FAILED);
+    CHECK_EQ(D(cuCtxSynchronize), CUDA_ERROR_LAUNCH_FAILED);
+    fail_call("cuMemPoolTrimTo", 1, CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(D(cuMemPoolTrimTo, pool, 0), CUDA_ERROR_INVALID_VALUE);
+    fail_call("cuMemPoolGetAttribute", 1, CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(D(cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved), CUDA_ERROR_INVALID_VALUE);
+    CHECK_EQ(D(cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved), CUDA_SUCCESS);
+    CHECK_EQ(reserved, 4 * MiB);
+    fail_call("cuMemPoolGetAttribute", 1, CUDA_ERROR_INVALID_VALUE);   /* gvmshim's read of the threshold */
+    CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved), CUDA_SUCCESS);
+    CHECK_EQ(reserved, 4 * MiB);
+    CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved), CUDA_SUCCESS);
+    CHECK_EQ(reserved, 0);
+}
+
 /* ---- the parent: each sequence with and without the shim ----------------- */
 
 static int run_child(const char *mode, int shim, char *out, size_t outlen)
@@ -303,6 +337,7 @@ int main(int argc, char **argv)
         TEST_ENTRY(cupy_async_pool_figures)
         TEST_ENTRY(pool_settings_and_highs)
         TEST_ENTRY(pools_the_program_made_and_other_devices)
+        TEST_ENTRY(failures_keep_the_figures)
     };
     return run_cases(cases, sizeof cases / sizeof *cases, argc, argv);
 }
