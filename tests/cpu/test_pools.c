@@ -208,6 +208,27 @@ static int other_pools_sequence(void)
     return 0;
 }
 
+/* A reset of the device's primary context takes the pool's allocations:
+ * its figures start again from nothing. */
+static int reset_sequence(void)
+{
+    CUmemoryPool pool = start(0);
+    CUdeviceptr p = 0;
+    CUcontext ctx;
+    REC(D(cuMemAllocAsync, &p, 5 * MiB, NULL));
+    show("before the reset", pool);
+    REC(D(cuDevicePrimaryCtxReset_v2, 0));
+    REC(D(cuDevicePrimaryCtxRetain, &ctx, 0));
+    REC(D(cuCtxSetCurrent, ctx));
+    show("after the reset", pool);
+    REC(D(cuMemAllocAsync, &p, 1 * MiB, NULL));
+    show("a new allocation", pool);
+    REC(D(cuMemFreeAsync, p, NULL));
+    REC(D(cuCtxSynchronize));
+    show("freed", pool);
+    return 0;
+}
+
 /* Failures under the shim: a synchronize or trim the driver refuses
  * settles nothing; when gvmshim cannot read the pool's release threshold
  * at a synchronize, the pool keeps its reserve until the next one. */
@@ -314,6 +335,15 @@ static void pool_settings_and_highs(void)
     same_with_and_without_shim("settings", expect);
 }
 
+static void a_reset_empties_the_pool(void)
+{
+    static const char *const expect[] = {
+        "after the reset: used=0/0 used_high=0/0 reserved=0/0 reserved_high=0/0",
+        "a new allocation: used=0/1048576 used_high=0/1048576 reserved=0/2097152",
+        NULL};
+    same_with_and_without_shim("reset", expect);
+}
+
 static void pools_the_program_made_and_other_devices(void)
 {
     static const char *const expect[] = {
@@ -331,12 +361,14 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "cupy")) exit(cupy_sequence());
         if (!strcmp(argv[2], "settings")) exit(settings_sequence());
         if (!strcmp(argv[2], "other")) exit(other_pools_sequence());
+        if (!strcmp(argv[2], "reset")) exit(reset_sequence());
         return 2;
     }
     static const struct test_case cases[] = {
         TEST_ENTRY(cupy_async_pool_figures)
         TEST_ENTRY(pool_settings_and_highs)
         TEST_ENTRY(pools_the_program_made_and_other_devices)
+        TEST_ENTRY(a_reset_empties_the_pool)
         TEST_ENTRY(failures_keep_the_figures)
     };
     return run_cases(cases, sizeof cases / sizeof *cases, argc, argv);

@@ -501,6 +501,7 @@ static CUresult sim_primary_reset(CUdevice dev)
     struct CUctx_st *c = &sim.dev[dev].ctx;
     __atomic_store_n(&c->destroyed, 1, __ATOMIC_RELAXED);
     sim_ctx_end(c);
+    sim_pool_forget(sim_pool_default_of(dev)); /* its allocations went with the context */
     return CUDA_SUCCESS;
 }
 

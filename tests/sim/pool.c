@@ -168,3 +168,13 @@ void sim_pool_uses_reset(void)
         sim_pool_uses[i] = (struct sim_pool_use){0};
     pthread_mutex_unlock(&sim_pool_lock);
 }
+
+void sim_pool_forget(CUmemoryPool pool)
+{
+    pthread_mutex_lock(&sim_pool_lock);
+    struct sim_pool_use *u = sim_pool_use_of(pool);
+    if (u) {
+        u->used = u->reserved = u->used_high = u->reserved_high = u->unsettled = 0;
+    }
+    pthread_mutex_unlock(&sim_pool_lock);
+}

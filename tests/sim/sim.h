@@ -196,6 +196,7 @@ void sim_pool_settle(void);
 CUresult sim_pool_trim_to(CUmemoryPool pool, size_t keep);
 CUresult sim_pool_attr(CUmemoryPool pool, CUmemPool_attribute attr, void *value, int set);
 void sim_pool_uses_reset(void);
+void sim_pool_forget(CUmemoryPool pool); /* its figures back to nothing, settings kept */
 CUmemoryPool sim_pool_current_of(int dev);
 /* Whether the current context reaches native memory n: its device, peer
  * access, or (pool memory) the pool's grants. */
