@@ -378,7 +378,8 @@ GVM_EXPORT CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_a
     gvm_hook_count(GVM_FN_cuMemPoolSetAttribute);
     CUresult rc = GVM_REAL(cuMemPoolSetAttribute)(pool, attr, value);
     int figure = use_figure(attr);
-    if (rc == CUDA_SUCCESS && gvm_shim_active() && (figure == GVM_POOLUSE_USED_HIGH || figure == GVM_POOLUSE_RESERVED_HIGH)) {
+    bool high = figure == GVM_POOLUSE_USED_HIGH || figure == GVM_POOLUSE_RESERVED_HIGH;
+    if (rc == CUDA_SUCCESS && high && gvm_shim_active()) {
         int owner = default_pool_owner(pool);
         if (owner >= 0) gvm_pooluse_reset_high(owner, (enum gvm_pooluse_figure)figure);
     }

@@ -458,7 +458,8 @@ static inline void pt_pool_memory(void)
     CUdeviceptr large = 0, small = 0, named = 0;
     if (cuMemAllocAsync(&large, 3 * PT_MIB + 1000, NULL) == CUDA_SUCCESS &&
         cuMemAllocAsync(&small, 1000, NULL) == CUDA_SUCCESS &&
-        cuMemAllocFromPoolAsync(&named, 5000, pool, NULL) == CUDA_SUCCESS && cuStreamSynchronize(NULL) == CUDA_SUCCESS) {
+        cuMemAllocFromPoolAsync(&named, 5000, pool, NULL) == CUDA_SUCCESS &&
+        cuStreamSynchronize(NULL) == CUDA_SUCCESS) {
         struct pt_subject l = {(uintptr_t)large, 3 * PT_MIB + 1000, before}, m = {(uintptr_t)small, 1000, before},
                           n = {(uintptr_t)named, 5000, before};
         pt_edges("pool.large", &l);
