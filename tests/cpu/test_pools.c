@@ -10,6 +10,7 @@
 #include "harness.h"
 
 #include <dlfcn.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #define KiB ((size_t)1 << 10)
@@ -263,6 +264,52 @@ static void failures_keep_the_figures(void)
     CHECK_EQ(reserved, 0);
 }
 
+/* Threads allocating and freeing on their own streams while others read
+ * the figures and synchronize: the figures end where they began. */
+static CUcontext threads_ctx;
+static CUmemoryPool threads_pool;
+
+static void *pool_worker(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    CHECK_EQ(D(cuCtxSetCurrent, threads_ctx), CUDA_SUCCESS);
+    CUstream s;
+    CHECK_EQ(D(cuStreamCreate, &s, CU_STREAM_NON_BLOCKING), CUDA_SUCCESS);
+    for (int i = 0; i < 200; i++) {
+        CUdeviceptr p = 0;
+        size_t size = 1 + (size_t)(rand_r(&seed) % (3 * MiB));
+        CHECK_EQ(D(cuMemAllocAsync, &p, size, s), CUDA_SUCCESS);
+        cuuint64_t v;
+        CHECK_EQ(D(cuMemPoolGetAttribute, threads_pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &v), CUDA_SUCCESS);
+        CHECK(v >= size);
+        CHECK_EQ(D(cuMemFreeAsync, p, s), CUDA_SUCCESS);
+        if (i % 16 == 0) CHECK_EQ(D(cuStreamSynchronize, s), CUDA_SUCCESS);
+    }
+    CHECK_EQ(D(cuStreamSynchronize, s), CUDA_SUCCESS);
+    CHECK_EQ(D(cuStreamDestroy_v2, s), CUDA_SUCCESS);
+    return NULL;
+}
+
+static void threads_leave_the_figures_where_they_began(void)
+{
+    threads_pool = start(0);
+    CHECK_EQ(D(cuCtxGetCurrent, &threads_ctx), CUDA_SUCCESS);
+    CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemPoolTrimTo, threads_pool, 0), CUDA_SUCCESS);
+    pthread_t t[4];
+    for (uintptr_t i = 0; i < 4; i++) CHECK_EQ(pthread_create(&t[i], NULL, pool_worker, (void *)(i + 1)), 0);
+    for (int i = 0; i < 4; i++) CHECK_EQ(pthread_join(t[i], NULL), 0);
+    CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemPoolTrimTo, threads_pool, 0), CUDA_SUCCESS);
+    cuuint64_t used = 1, reserved = 1, high = 0;
+    CHECK_EQ(D(cuMemPoolGetAttribute, threads_pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &used), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemPoolGetAttribute, threads_pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemPoolGetAttribute, threads_pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &high), CUDA_SUCCESS);
+    CHECK_EQ(used, 0);
+    CHECK_EQ(reserved, 0);
+    CHECK(high > 0);
+}
+
 /* ---- the parent: each sequence with and without the shim ----------------- */
 
 static int run_child(const char *mode, int shim, char *out, size_t outlen)
@@ -370,6 +417,7 @@ int main(int argc, char **argv)
         TEST_ENTRY(pools_the_program_made_and_other_devices)
         TEST_ENTRY(a_reset_empties_the_pool)
         TEST_ENTRY(failures_keep_the_figures)
+        TEST_ENTRY(threads_leave_the_figures_where_they_began)
     };
     return run_cases(cases, sizeof cases / sizeof *cases, argc, argv);
 }
