@@ -15,6 +15,10 @@
  *            below what live allocations and frees no synchronize has
  *            settled yet hold);
  *   highs    the most of each since the start or the last reset.
+ * Freed bytes are reused by any stream: what the default reuse flags give
+ * once the free's work has run (opportunistic reuse); with the flags off,
+ * the driver maps a new granule for another stream where this model does
+ * not.
  * Pure arithmetic: which pool and when is the caller's (preload/hooks_mem.c).
  * gpu test gpu-cupy-pools compares every figure with the driver's. */
 #ifndef GVM_POOLUSE_H

@@ -164,14 +164,29 @@ static int settings_sequence(void)
     REC(D(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &five));
     REC(D(cuMemPoolTrimTo, pool, 0));
     show("trimmed to nothing", pool);
-    int flag = 0;
-    REC(D(cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &flag));
-    printf("opportunistic %d\n", flag);
-    flag = 0;
-    REC(D(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &flag));
-    flag = 7;
-    REC(D(cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, &flag));
-    printf("opportunistic %d\n", flag);
+    static const struct {
+        CUmemPool_attribute attr;
+        const char *name;
+    } reuse[] = {{CU_MEMPOOL_ATTR_REUSE_FOLLOW_EVENT_DEPENDENCIES, "follow_event_dependencies"},
+                 {CU_MEMPOOL_ATTR_REUSE_ALLOW_OPPORTUNISTIC, "opportunistic"},
+                 {CU_MEMPOOL_ATTR_REUSE_ALLOW_INTERNAL_DEPENDENCIES, "internal_dependencies"}};
+    for (size_t i = 0; i < sizeof reuse / sizeof *reuse; i++) {
+        int flag = 7;
+        REC(D(cuMemPoolGetAttribute, pool, reuse[i].attr, &flag));
+        printf("%s %d\n", reuse[i].name, flag);
+        flag = 0;
+        REC(D(cuMemPoolSetAttribute, pool, reuse[i].attr, &flag));
+        flag = 7;
+        REC(D(cuMemPoolGetAttribute, pool, reuse[i].attr, &flag));
+        printf("%s %d\n", reuse[i].name, flag);
+    }
+    /* Reuse off: the figures follow the same rule. */
+    REC(D(cuMemAllocAsync, &p, 1 * MiB, NULL));
+    REC(D(cuMemFreeAsync, p, NULL));
+    REC(D(cuMemAllocAsync, &q, 1 * MiB, NULL));
+    show("reuse off", pool);
+    REC(D(cuMemFreeAsync, q, NULL));
+    REC(D(cuCtxSynchronize));
     REC(D(cuMemPoolGetAttribute, NULL, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &v));
     REC(D(cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, NULL));
     REC(D(cuMemPoolTrimTo, NULL, 0));
@@ -378,6 +393,8 @@ static void pool_settings_and_highs(void)
         "highs reset: used=0/0 used_high=0/0 reserved=0/4194304 reserved_high=0/4194304",
         "opportunistic 1",
         "opportunistic 0",
+        "follow_event_dependencies 0",
+        "internal_dependencies 0",
         NULL};
     same_with_and_without_shim("settings", expect);
 }
