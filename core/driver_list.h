@@ -32,8 +32,9 @@
 /* Entry points the preload layer replaces by a hook of the same name
  * (besides the two resolvers above; cuMemCreate and cuMemRelease, which
  * count the device memory a program creates itself: preload/hooks_vmm.c;
- * and cuStreamDestroy_v2, whose handle a new stream may reuse:
- * preload/hooks_stream.c):
+ * cuStreamDestroy_v2, whose handle a new stream may reuse:
+ * preload/hooks_stream.c; and the synchronize calls, at which the default
+ * pools settle their frees: preload/hooks_sync.c):
  * always ... */
 #define GVM_DRIVER_SERVED(R, O)                                                \
     O(cuMemAlloc_v2) O(cuMemAllocPitch_v2) O(cuMemFree_v2) O(cuMemGetInfo_v2)  \
@@ -45,6 +46,7 @@
     O(cuMemAllocFromPoolAsync) O(cuMemAllocFromPoolAsync_ptsz)                 \
     O(cuMemFreeAsync) O(cuMemFreeAsync_ptsz) O(cuMemPoolSetAccess)             \
     O(cuMemPoolGetAttribute) O(cuMemPoolSetAttribute) O(cuMemPoolTrimTo)      \
+    O(cuStreamSynchronize_ptsz)                                                \
     O(cuMemcpy) O(cuMemcpy_ptds) O(cuMemcpyAsync) O(cuMemcpyAsync_ptsz)        \
     O(cuMemcpyPeer) O(cuMemcpyPeer_ptds) O(cuMemcpyPeerAsync)                  \
     O(cuMemcpyPeerAsync_ptsz) O(cuMemcpyHtoD_v2) O(cuMemcpyHtoD_v2_ptds)       \

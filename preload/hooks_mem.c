@@ -6,24 +6,36 @@
 #include "core/reach.h"
 #include "policy/idle.h"
 #include "policy/place.h"
+#include "core/pooluse.h"
 #include "core/tally.h"
 
-/* The stream-ordered allocations served for default pools, by address:
- * natively they are the pool's, and programs read the pool's use from its
- * attributes (PyTorch's cudaMallocAsync backend reports them as reserved
- * memory, CuPy's async pool as its used bytes), so cuMemPoolGetAttribute
- * adds them in. Forgotten before any free of them: once freed, another
- * thread may be served the same address in stream order. */
+/* The stream-ordered allocations served for default pools, by address,
+ * with the bytes each counts for in its pool: natively they are the
+ * pool's, and programs read the pool's use from its attributes (PyTorch's
+ * cudaMallocAsync backend as reserved memory, CuPy's async pool as its
+ * total and used bytes), so cuMemPoolGetAttribute answers for them as the
+ * driver would (core/pooluse.h). Forgotten before any free of them: once
+ * freed, another thread may be served the same address in stream order. */
 static struct gvm_tally ordered_live = GVM_TALLY_INIT;
 
 static void forget_ordered(uintptr_t p)
 {
     int dev;
     size_t bytes;
-    gvm_tally_take(&ordered_live, p, &dev, &bytes);
+    if (gvm_tally_take(&ordered_live, p, &dev, &bytes)) gvm_pooluse_free(dev, bytes);
 }
 
-void gvm_shim_ordered_forget(int dev) { gvm_tally_drop_device(&ordered_live, dev); }
+static void remember_ordered(uintptr_t p, int dev, size_t size)
+{
+    uint64_t counted = gvm_pooluse_rounded(size);
+    if (gvm_tally_add(&ordered_live, p, dev, counted)) gvm_pooluse_alloc(dev, counted);
+}
+
+void gvm_shim_ordered_forget(int dev)
+{
+    gvm_tally_drop_device(&ordered_live, dev);
+    gvm_pooluse_drop(dev);
+}
 
 /* The device of the current context, as native allocation calls need it. */
 static CUresult current_device(CUcontext *ctx, int *dev)
@@ -126,7 +138,7 @@ static CUresult serve_region(size_t size, CUdeviceptr *out, const struct order *
     if (ordered) gvm_topo_stream_order(false, 0);
     gvm_shim_capture_leave(&g);
     if (rc == CUDA_SUCCESS) *out = (CUdeviceptr)p;
-    if (rc == CUDA_SUCCESS && ordered) gvm_tally_add(&ordered_live, p, dev, size);
+    if (rc == CUDA_SUCCESS && ordered) remember_ordered(p, dev, size);
     return rc;
 }
 
@@ -331,49 +343,82 @@ bool gvm_shim_pool_grants(CUmemoryPool pool, int dev)
            flags != CU_MEM_ACCESS_FLAGS_PROT_NONE;
 }
 
+/* The figure of core/pooluse.h a use attribute reads, or -1 for the others
+ * (the release threshold and reuse flags: the driver keeps what the program
+ * sets, and answers it). */
+static int use_figure(CUmemPool_attribute attr)
+{
+    switch (attr) {
+    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT: return GVM_POOLUSE_USED;
+    case CU_MEMPOOL_ATTR_USED_MEM_HIGH: return GVM_POOLUSE_USED_HIGH;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT: return GVM_POOLUSE_RESERVED;
+    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH: return GVM_POOLUSE_RESERVED_HIGH;
+    default: return -1;
+    }
+}
+
 /* A default pool's use includes the stream-ordered memory gvmshim serves
- * for it (ordered_live): its reserve as much as its use, since gvmshim's
- * cache is not the pool's. */
+ * for it, counted as the driver would have (core/pooluse.h), on top of
+ * what the driver's pool holds itself (allocations it served: a capture's,
+ * another context's stream). Pools the program made are the driver's. */
 GVM_EXPORT CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     gvm_hook_count(GVM_FN_cuMemPoolGetAttribute);
     CUresult rc = GVM_REAL(cuMemPoolGetAttribute)(pool, attr, value);
     if (rc != CUDA_SUCCESS || !value || !gvm_shim_active()) return rc;
-    bool current = attr == CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT || attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT;
-    bool high = attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH;
-    int owner = current || high ? default_pool_owner(pool) : -1;
-    if (owner >= 0)
-        *(cuuint64_t *)value += current ? gvm_tally_bytes(&ordered_live, owner) : gvm_tally_high(&ordered_live, owner);
+    int figure = use_figure(attr), owner = figure >= 0 ? default_pool_owner(pool) : -1;
+    if (owner >= 0) *(cuuint64_t *)value += gvm_pooluse_read(owner, (enum gvm_pooluse_figure)figure);
     return rc;
 }
 
-/* Resetting a high-water mark (to 0, the only value allowed) resets
- * gvmshim's share of it too. */
+/* Resetting a high-water mark (to 0, the only value allowed: the driver
+ * refuses any other) resets gvmshim's share of it too. */
 GVM_EXPORT CUresult CUDAAPI cuMemPoolSetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
     gvm_hook_count(GVM_FN_cuMemPoolSetAttribute);
     CUresult rc = GVM_REAL(cuMemPoolSetAttribute)(pool, attr, value);
-    if (rc == CUDA_SUCCESS && gvm_shim_active() &&
-        (attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH)) {
+    int figure = use_figure(attr);
+    bool high = figure == GVM_POOLUSE_USED_HIGH || figure == GVM_POOLUSE_RESERVED_HIGH;
+    if (rc == CUDA_SUCCESS && high && gvm_shim_active()) {
         int owner = default_pool_owner(pool);
-        if (owner >= 0) gvm_tally_reset_high(&ordered_live, owner);
+        if (owner >= 0) gvm_pooluse_reset_high(owner, (enum gvm_pooluse_figure)figure);
     }
     return rc;
 }
 
-/* Trimming a default pool to nothing gives its freed memory back to the
- * system natively (PyTorch's cudaMallocAsync backend does it in
- * torch.cuda.empty_cache(), CuPy's MemoryAsyncPool in free_all_blocks()),
- * and nvidia-smi shows it gone at once. gvmshim's freed memory of that
- * device, kept for reuse, goes back with it. A trim that keeps some bytes
- * keeps gvmshim's too; none happens while a capture is open (it may wait
- * for the device). */
+/* A synchronize settles the frees queued before it, and a default pool
+ * reserving more than its release threshold releases down to it (the
+ * driver's rule at a stream, event or context synchronize): dev, or every
+ * device for -1. The threshold is the driver's: it keeps what the program
+ * set. */
+void gvm_shim_pools_synchronized(int dev)
+{
+    if (!gvm_pooluse_releasable() || !gvm_shim_active()) return;
+    for (int d = dev < 0 ? 0 : dev; d < (dev < 0 ? gvm_topo.ndev : dev + 1); d++) {
+        if (d < 0 || d >= GVM_MAX_DEVICES || !gvm_pooluse_keeps_extra(d)) continue;
+        CUmemoryPool pool = default_pool(d);
+        cuuint64_t threshold = 0;
+        if (!pool || gvm_drv.cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold) != CUDA_SUCCESS)
+            continue;
+        gvm_pooluse_sync(d, threshold);
+    }
+}
+
+/* Trimming a default pool releases the freed memory it keeps for gvmshim's
+ * allocations as the driver's own (core/pooluse.h). Trimming it to nothing
+ * gives its freed memory back to the system natively (PyTorch's
+ * cudaMallocAsync backend does it in torch.cuda.empty_cache(), CuPy's
+ * MemoryAsyncPool in free_all_blocks()), and nvidia-smi shows it gone at
+ * once: gvmshim's freed memory of that device, kept for reuse, goes back
+ * with it. A trim that keeps some bytes keeps gvmshim's cache too; none is
+ * given back while a capture is open (it may wait for the device). */
 GVM_EXPORT CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t keep)
 {
     gvm_hook_count(GVM_FN_cuMemPoolTrimTo);
     CUresult rc = GVM_REAL(cuMemPoolTrimTo)(pool, keep);
-    int owner = rc == CUDA_SUCCESS && !keep && gvm_shim_active() ? default_pool_owner(pool) : -1;
-    if (owner >= 0 && !gvm_capture_open(owner)) gvm_idle_give_back(owner);
+    int owner = rc == CUDA_SUCCESS && gvm_shim_active() ? default_pool_owner(pool) : -1;
+    if (owner >= 0) gvm_pooluse_trim(owner, keep);
+    if (owner >= 0 && !keep && !gvm_capture_open(owner)) gvm_idle_give_back(owner);
     return rc;
 }
 

@@ -16,7 +16,8 @@
 void *const gvm_hook_table[GVM_FN_COUNT] = {
     HOOK_ENTRY(cuGetProcAddress) HOOK_ENTRY(cuGetProcAddress_v2) HOOK_ENTRY(cuMemCreate) HOOK_ENTRY(cuMemRelease)
         HOOK_ENTRY(cuMemRetainAllocationHandle)
-        HOOK_ENTRY(cuStreamDestroy_v2)
+        HOOK_ENTRY(cuStreamDestroy_v2) HOOK_ENTRY(cuCtxSynchronize) HOOK_ENTRY(cuStreamSynchronize)
+            HOOK_ENTRY(cuEventSynchronize)
         GVM_DRIVER_HOOKED(HOOK_ENTRY, HOOK_ENTRY)};
 #undef HOOK_ENTRY
 

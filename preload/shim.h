@@ -144,6 +144,10 @@ bool gvm_shim_peer_unknown(void);
 void gvm_shim_peer_forget(CUcontext ctx);
 void gvm_shim_ordered_forget(int dev);
 
+/* A synchronize the program made on dev (-1: any device) returned: the
+ * default pools settle their frees (preload/hooks_mem.c). */
+void gvm_shim_pools_synchronized(int dev);
+
 /* The default pool whose stream-ordered allocation gvmshim served at base,
  * or NULL when base is not one; whether such a pool grants dev access
  * (false for NULL) (preload/hooks_mem.c). */

@@ -409,6 +409,51 @@ static inline void pt_pool_phases(CUmemoryPool pool, CUcontext before, const str
     cuDevicePrimaryCtxRelease(d1);
 }
 
+/* The default pool's use figures, as CuPy and PyTorch read them. */
+static inline void pt_pool_figures(const char *cas, CUmemoryPool pool)
+{
+    static const struct {
+        CUmemPool_attribute attr;
+        const char *name;
+    } figures[] = {{CU_MEMPOOL_ATTR_USED_MEM_CURRENT, "USED_MEM_CURRENT"},
+                   {CU_MEMPOOL_ATTR_USED_MEM_HIGH, "USED_MEM_HIGH"},
+                   {CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, "RESERVED_MEM_CURRENT"},
+                   {CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, "RESERVED_MEM_HIGH"}};
+    for (size_t i = 0; i < sizeof figures / sizeof *figures; i++) {
+        cuuint64_t v = 0;
+        CUresult rc = cuMemPoolGetAttribute(pool, figures[i].attr, &v);
+        char val[32];
+        snprintf(val, sizeof val, "%llu", (unsigned long long)v);
+        pt_row(cas, "cuMemPoolGetAttribute", figures[i].name, rc, val);
+    }
+}
+
+/* Argument errors of the pool calls are the driver's, for the default
+ * pools gvmshim answers for too. */
+static inline void pt_pool_bad_arguments(const char *cas, CUmemoryPool pool, const struct pt_subject *s)
+{
+    cuuint64_t v = 0, five = 5;
+    CUdeviceptr p = 0;
+    pt_row(cas, "cuMemPoolGetAttribute", "pool=NULL",
+           cuMemPoolGetAttribute(NULL, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, &v), "-");
+    pt_row(cas, "cuMemPoolGetAttribute", "value=NULL",
+           cuMemPoolGetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_CURRENT, NULL), "-");
+    pt_row(cas, "cuMemPoolGetAttribute", "attr=9999", cuMemPoolGetAttribute(pool, (CUmemPool_attribute)9999, &v),
+           "-");
+    pt_row(cas, "cuMemPoolSetAttribute", "USED_MEM_HIGH=5",
+           cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &five), "-");
+    pt_row(cas, "cuMemPoolSetAttribute", "RESERVED_MEM_HIGH=5",
+           cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &five), "-");
+    pt_row(cas, "cuMemPoolTrimTo", "pool=NULL", cuMemPoolTrimTo(NULL, 0), "-");
+    pt_row(cas, "cuMemAllocFromPoolAsync", "pool=NULL", cuMemAllocFromPoolAsync(&p, 1000, NULL, NULL), "-");
+    pt_row(cas, "cuMemAllocAsync", "dptr=NULL", cuMemAllocAsync(NULL, 1000, NULL), "-");
+    p = 0;
+    CUresult rc = cuMemAllocAsync(&p, 0, NULL);
+    pt_row(cas, "cuMemAllocAsync", "size=0", rc, p ? "set" : "0");
+    rc = cuMemFreeAsync((CUdeviceptr)(s->base + 16), NULL);
+    pt_row(cas, "cuMemFreeAsync", "interior", rc, "-");
+}
+
 static inline void pt_pool_memory(void)
 {
     CUcontext before = NULL;
@@ -417,17 +462,39 @@ static inline void pt_pool_memory(void)
     if (cuCtxGetCurrent(&before) != CUDA_SUCCESS || !before || cuCtxGetDevice(&d0) != CUDA_SUCCESS ||
         cuDeviceGetDefaultMemPool(&pool, d0) != CUDA_SUCCESS)
         return;
-    CUdeviceptr large = 0, small = 0;
+    /* From a clean pool: the figures are the table's own allocations. */
+    if (cuStreamSynchronize(NULL) != CUDA_SUCCESS || cuMemPoolTrimTo(pool, 0) != CUDA_SUCCESS) return;
+    cuuint64_t zero = 0;
+    cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero);
+    cuMemPoolSetAttribute(pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero);
+    CUdeviceptr large = 0, small = 0, named = 0;
     if (cuMemAllocAsync(&large, 3 * PT_MIB + 1000, NULL) == CUDA_SUCCESS &&
-        cuMemAllocAsync(&small, 1000, NULL) == CUDA_SUCCESS && cuStreamSynchronize(NULL) == CUDA_SUCCESS) {
-        struct pt_subject l = {(uintptr_t)large, 3 * PT_MIB + 1000, before}, m = {(uintptr_t)small, 1000, before};
+        cuMemAllocAsync(&small, 1000, NULL) == CUDA_SUCCESS &&
+        cuMemAllocFromPoolAsync(&named, 5000, pool, NULL) == CUDA_SUCCESS &&
+        cuStreamSynchronize(NULL) == CUDA_SUCCESS) {
+        struct pt_subject l = {(uintptr_t)large, 3 * PT_MIB + 1000, before}, m = {(uintptr_t)small, 1000, before},
+                          n = {(uintptr_t)named, 5000, before};
         pt_edges("pool.large", &l);
         pt_edges("pool.small", &m);
+        pt_edges("pool.named", &n);
+        pt_pool_figures("pool.live", pool);
+        pt_pool_bad_arguments("pool.large", pool, &l);
         if (d0 == 0) pt_pool_phases(pool, before, &l, &m);
+        /* Freed in stream order: gone for the program at once, its bytes
+         * still the pool's until a synchronize settles the free. */
+        cuMemFreeAsync(small, NULL);
+        small = 0;
+        pt_freed("pool.small.freed-unsynchronized", &m);
+        pt_pool_figures("pool.freed-unsynchronized", pool);
+        cuStreamSynchronize(NULL);
+        pt_freed("pool.small.freed-synchronized", &m);
+        pt_pool_figures("pool.freed-synchronized", pool);
     }
     if (large) cuMemFreeAsync(large, NULL);
     if (small) cuMemFreeAsync(small, NULL);
+    if (named) cuMemFreeAsync(named, NULL);
     cuStreamSynchronize(NULL);
+    pt_pool_figures("pool.all-freed", pool);
 }
 
 /* ---- the table ---------------------------------------------------------- */

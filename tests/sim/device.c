@@ -282,34 +282,15 @@ CUresult CUDAAPI cuDeviceSetMemPool(CUdevice dev, CUmemoryPool pool)
     SIM_API(cuDeviceSetMemPool, SIM_WRITE, sim_set_pool(dev, pool));
 }
 
-/* The pool's own use: the sim's stream-ordered memory is not counted in
- * any pool, so use and reserve read 0; marks can only be reset to 0. */
+/* The pool's use and settings: pool.c. */
 static CUresult sim_pool_get_attr(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
-    if (!pool || !value)
-        return CUDA_ERROR_INVALID_VALUE;
-    switch (attr) {
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT:
-    case CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH:
-    case CU_MEMPOOL_ATTR_USED_MEM_CURRENT:
-    case CU_MEMPOOL_ATTR_USED_MEM_HIGH:
-    case CU_MEMPOOL_ATTR_RELEASE_THRESHOLD:
-        *(cuuint64_t *)value = 0;
-        return CUDA_SUCCESS;
-    default:
-        *(int *)value = 0;
-        return CUDA_SUCCESS;
-    }
+    return sim_pool_attr(pool, attr, value, 0);
 }
 
-static CUresult sim_pool_set_attr(CUmemoryPool pool, CUmemPool_attribute attr, const void *value)
+static CUresult sim_pool_set_attr(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
 {
-    if (!pool || !value)
-        return CUDA_ERROR_INVALID_VALUE;
-    if ((attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH) &&
-        *(const cuuint64_t *)value != 0)
-        return CUDA_ERROR_INVALID_VALUE;
-    return CUDA_SUCCESS;
+    return sim_pool_attr(pool, attr, value, 1);
 }
 
 CUresult CUDAAPI cuMemPoolGetAttribute(CUmemoryPool pool, CUmemPool_attribute attr, void *value)
@@ -375,12 +356,10 @@ CUresult CUDAAPI cuMemPoolSetAccess(CUmemoryPool pool, const CUmemAccessDesc *ma
     SIM_API(cuMemPoolSetAccess, SIM_WRITE, sim_pool_set_access(pool, map, count));
 }
 
-/* The sim's pools hold no memory of their own: a trim has nothing to give. */
-static CUresult sim_pool_trim(CUmemoryPool pool) { return pool ? CUDA_SUCCESS : CUDA_ERROR_INVALID_VALUE; }
 
 CUresult CUDAAPI cuMemPoolTrimTo(CUmemoryPool pool, size_t minBytesToKeep)
 {
-    SIM_API(cuMemPoolTrimTo, SIM_WRITE, sim_pool_trim(pool));
+    SIM_API(cuMemPoolTrimTo, SIM_WRITE, sim_pool_trim_to(pool, minBytesToKeep));
 }
 
 /* The owner's access is read-write; a pool the program made grants none. */
@@ -522,6 +501,7 @@ static CUresult sim_primary_reset(CUdevice dev)
     struct CUctx_st *c = &sim.dev[dev].ctx;
     __atomic_store_n(&c->destroyed, 1, __ATOMIC_RELAXED);
     sim_ctx_end(c);
+    sim_pool_forget(sim_pool_default_of(dev)); /* its allocations went with the context */
     return CUDA_SUCCESS;
 }
 
@@ -702,8 +682,10 @@ CUresult CUDAAPI cuCtxGetDevice(CUdevice *device)
 static CUresult sim_ctx_sync(void)
 {
     CUresult rc = sim_capture_ctx_sync();
-    if (rc == CUDA_SUCCESS)
+    if (rc == CUDA_SUCCESS) {
         sim_flight_ctx_sync();
+        sim_pool_settle();
+    }
     return rc;
 }
 

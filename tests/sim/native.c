@@ -72,7 +72,7 @@ static CUresult sim_native_alloc(uintptr_t *out, size_t size, int dev, int low32
         sim_uncharge(dev, size);
         return CUDA_ERROR_OUT_OF_MEMORY;
     }
-    *n = (struct sim_native){(uintptr_t)p, size, len, dev, sim_ctx_current(), sim_new_id(), 0};
+    *n = (struct sim_native){(uintptr_t)p, size, len, dev, sim_ctx_current(), sim_new_id(), 0, NULL};
     *out = (uintptr_t)p;
     return CUDA_SUCCESS;
 }
@@ -145,6 +145,8 @@ static CUresult sim_mem_free(CUdeviceptr p)
     struct sim_native *n = sim_native_at(p);
     if (!n || n->base != p)
         return CUDA_ERROR_INVALID_VALUE;
+    if (n->pool)
+        sim_pool_note_free(n->pool, n->size);
     sim_vec_remove(&sim.natives, n);
     sim_native_destroy(n);
     return CUDA_SUCCESS;
@@ -168,7 +170,10 @@ static CUresult sim_mem_alloc_in(CUdeviceptr *dptr, size_t size, CUmemoryPool po
     uintptr_t p = 0;
     rc = sim_native_alloc(dptr ? &p : NULL, size, dev, 0);
     if (rc == CUDA_SUCCESS) {
-        sim_native_at(p)->pooled = (pool ? pool : sim_pool_current_of(dev)) == sim_pool_default_of(dev);
+        struct sim_native *n = sim_native_at(p);
+        n->pool = pool ? pool : sim_pool_current_of(dev);
+        n->pooled = n->pool == sim_pool_default_of(dev);
+        sim_pool_note_alloc(n->pool, size);
         *dptr = p;
     }
     return rc;

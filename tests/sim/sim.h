@@ -23,7 +23,7 @@ CUresult CUDAAPI cuMemAlloc(unsigned int *dptr, unsigned int bytesize);
  * cuGetProcAddress need beyond it. */
 #define SIM_EXTRA_EXPORTS(X)                                                   \
     X(cuMemAlloc) X(cuDeviceGetName) X(cuMemGetAccess) X(cuStreamQuery)       \
-    X(cuStreamQuery_ptsz) X(cuStreamSynchronize_ptsz) X(cuEventRecord_ptsz)   \
+    X(cuStreamQuery_ptsz) X(cuEventRecord_ptsz)                               \
     X(cuStreamIsCapturing_ptsz)                                                \
     X(cuGraphInstantiateWithFlags) X(cuGraphExecDestroy) X(cuGraphDestroy)   \
     X(cuIpcGetEventHandle) X(cuIpcOpenEventHandle) X(cuTexObjectDestroy)
@@ -83,6 +83,7 @@ struct sim_native { /* cuMemAlloc* memory */
     struct CUctx_st *ctx; /* the context it was made in: it goes with it */
     unsigned long long id;
     int pooled; /* from dev's default pool: reached where the pool grants access */
+    CUmemoryPool pool; /* the pool it came from (its figures: pool.c), or NULL */
 };
 struct sim_resv { /* cuMemAddressReserve range */
     uintptr_t base;
@@ -186,6 +187,16 @@ struct sim_native *sim_native_at(uintptr_t p);
 /* Whether a context on dev reaches owner's default pool (its access grants). */
 int sim_pool_reaches(int owner, int dev);
 CUmemoryPool sim_pool_default_of(int dev);
+/* The pools' figures as the driver reports them (pool.c): an allocation
+ * from pool and its free, a synchronize (it settles every free), a trim,
+ * an attribute read (set 0) or written (set 1), a reset of the sim. */
+void sim_pool_note_alloc(CUmemoryPool pool, size_t size);
+void sim_pool_note_free(CUmemoryPool pool, size_t size);
+void sim_pool_settle(void);
+CUresult sim_pool_trim_to(CUmemoryPool pool, size_t keep);
+CUresult sim_pool_attr(CUmemoryPool pool, CUmemPool_attribute attr, void *value, int set);
+void sim_pool_uses_reset(void);
+void sim_pool_forget(CUmemoryPool pool); /* its figures back to nothing, settings kept */
 CUmemoryPool sim_pool_current_of(int dev);
 /* Whether the current context reaches native memory n: its device, peer
  * access, or (pool memory) the pool's grants. */

@@ -438,6 +438,7 @@ void simcuda_reset(void)
     pthread_rwlock_wrlock(&sim.lock);
     sim_vmm_reset();
     sim_native_reset();
+    sim_pool_uses_reset();
     sim_hostreg_reset();
     sim_captures_reset();
     sim_streams_reset();

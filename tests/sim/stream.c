@@ -118,8 +118,17 @@ static CUresult sim_stream_wait_all(CUstream s)
     return rc;
 }
 
+/* A synchronize also settles the pools' frees (pool.c); a query does not. */
+static CUresult sim_stream_sync(CUstream s)
+{
+    CUresult rc = sim_stream_wait_all(s);
+    if (rc == CUDA_SUCCESS)
+        sim_pool_settle();
+    return rc;
+}
+
 SIM_API2(cuStreamSynchronize, cuStreamSynchronize_ptsz, SIM_READ,
-         (CUstream hStream), sim_stream_wait_all(hStream))
+         (CUstream hStream), sim_stream_sync(hStream))
 
 SIM_API2(cuStreamQuery, cuStreamQuery_ptsz, SIM_READ,
          (CUstream hStream), sim_stream_wait_all(hStream))
@@ -216,9 +225,17 @@ static CUresult sim_event_check(CUevent e)
     return rc;
 }
 
+static CUresult sim_event_sync(CUevent e)
+{
+    CUresult rc = sim_event_check(e);
+    if (rc == CUDA_SUCCESS)
+        sim_pool_settle();
+    return rc;
+}
+
 CUresult CUDAAPI cuEventSynchronize(CUevent hEvent)
 {
-    SIM_API(cuEventSynchronize, SIM_READ, sim_event_check(hEvent));
+    SIM_API(cuEventSynchronize, SIM_READ, sim_event_sync(hEvent));
 }
 
 CUresult CUDAAPI cuEventQuery(CUevent hEvent)
