@@ -10,7 +10,7 @@
 #include "core/move.h"
 #include "core/log.h"
 #include "policy/config.h"
-#include "policy/live.h"
+#include "policy/set.h"
 #include "policy/place.h"
 #include "policy/policy.h"
 #include "policy/settings.h"

@@ -12,7 +12,7 @@
 #include "core/usemark.h"
 #include "policy/recur.h"
 #include "policy/config.h"
-#include "policy/live.h"
+#include "policy/set.h"
 #include "policy/place.h"
 #include "policy/policy.h"
 #include "policy/prefetch.h"

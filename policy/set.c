@@ -7,7 +7,7 @@
  * limits are core's caps (core/held.h), set before the copy is published;
  * a lowered device limit then evicts down to it, and when that fails the
  * old configuration and limits come back. One change at a time. */
-#include "policy/live.h"
+#include "policy/set.h"
 
 #include "core/direct.h"
 #include "core/heap.h"
