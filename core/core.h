@@ -2,6 +2,7 @@
 #ifndef GVM_CORE_H
 #define GVM_CORE_H
 
+#include "core/cuda_api.h"
 #include "core/hostaccess.h"
 #include "core/settings.h"
 

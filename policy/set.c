@@ -119,7 +119,7 @@ static void limits_now(struct limits *l)
 }
 
 /* What cfg asks for, resolved on this machine as at the start
- * (policy/settings.c). */
+ * (policy/derive.c). */
 static void limits_of(const struct gvm_config *cfg, struct limits *l)
 {
     for (int d = 0; d < gvm_topo.ndev; d++)

@@ -13,7 +13,7 @@
 #include "preload/control.h"
 #include "policy/config.h"
 #include "policy/place.h"
-#include "policy/settings.h"
+#include "policy/derive.h"
 #include "policy/tags.h"
 #include "preload/outfile.h"
 #include "preload/nvml.h"

@@ -13,7 +13,7 @@
 #include "policy/set.h"
 #include "policy/place.h"
 #include "policy/policy.h"
-#include "policy/settings.h"
+#include "policy/derive.h"
 #include "policy/tags.h"
 
 #include <stdarg.h>

@@ -16,7 +16,7 @@
 #include "policy/place.h"
 #include "policy/policy.h"
 #include "policy/prefetch.h"
-#include "policy/settings.h"
+#include "policy/derive.h"
 #include "policy/spill.h"
 #include "policy/tags.h"
 #include "policy/trial.h"

@@ -15,7 +15,7 @@
 #include "policy/set.h"
 #include "policy/place.h"
 #include "policy/policy.h"
-#include "policy/settings.h"
+#include "policy/derive.h"
 #include "policy/spill.h"
 
 #include <pthread.h>
