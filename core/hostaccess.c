@@ -17,7 +17,7 @@
  * would have delivered it. */
 #include "core/hostaccess.h"
 
-#include "core/core.h"
+#include "core/core_state.h"
 
 #include "core/capture.h"
 #include "core/driver.h"

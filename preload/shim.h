@@ -7,6 +7,7 @@
 #include "core/core.h"
 #include "core/driver.h"
 #include "core/export.h"
+#include "core/hostaccess.h"
 #include "core/heap.h"
 #include "core/move.h"
 #include "core/stats.h"

@@ -9,6 +9,7 @@
 
 #include "core/reach.h"
 
+#include "core/hostaccess.h"
 #include "core/move.h"
 #include "core/slab.h"
 #include "policy/config.h"
