@@ -7,6 +7,7 @@
 #include "core/ids.h"
 #include "core/log.h"
 #include "core/perthread.h"
+#include "core/phys_batch.h"
 #include "core/settings.h"
 #include "core/slab.h"
 #include "core/stats.h"
