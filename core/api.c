@@ -3,7 +3,6 @@
 
 #include "core/capture.h"
 #include "core/core_state.h"
-#include "core/driver.h"
 #include "core/export.h"
 #include "core/heap.h"
 #include "core/log.h"

@@ -1,7 +1,6 @@
 #include "core/heap.h"
 
 #include "core/capture.h"
-#include "core/driver.h"
 #include "core/ids.h"
 #include "core/live.h"
 #include "core/log.h"

@@ -1,10 +1,8 @@
 #include "core/slab.h"
 
-#include "core/driver.h"
 #include "core/ids.h"
 #include "core/live.h"
 #include "core/log.h"
-#include "core/settings.h"
 #include "core/topo.h"
 
 #include <stdlib.h>
