@@ -16,8 +16,8 @@
 #include "core/where.h"
 #include "ctl/server.h"
 #include "gvmshim.h"
-#include "policy/set.h"
 #include "policy/policy.h"
+#include "policy/set.h"
 #include "policy/tags.h"
 
 #include <errno.h>

@@ -13,10 +13,10 @@
 #include "core/move.h"
 #include "core/slab.h"
 #include "policy/config.h"
-#include "policy/set.h"
+#include "policy/derive.h"
 #include "policy/place.h"
 #include "policy/policy.h"
-#include "policy/derive.h"
+#include "policy/set.h"
 #include "policy/spill.h"
 
 #include <pthread.h>
