@@ -2,8 +2,7 @@
 #include "gvmshim.h"
 
 #include "core/capture.h"
-#include "core/core.h"
-#include "core/driver.h"
+#include "core/core_state.h"
 #include "core/export.h"
 #include "core/heap.h"
 #include "core/log.h"

@@ -1,7 +1,7 @@
 #include "core/capture.h"
 
 #include "core/driver.h"
-#include "core/settings.h"
+#include "core/location.h"
 
 #include <pthread.h>
 #include <sched.h>

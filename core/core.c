@@ -2,31 +2,10 @@
 
 #include "core/decoy.h"
 #include "core/held.h"
+#include "core/hostaccess.h"
 #include "core/log.h"
 #include "core/phys.h"
 #include "core/topo.h"
-
-#include <stdint.h>
-
-struct gvm_settings gvm_settings;
-int gvm_core_state;   /* 0 not started, 1 serving, -1 off */
-
-void gvm_settings_defaults(struct gvm_settings *s)
-{
-    s->small_max = (size_t)1 << 20;
-    s->block_size = (size_t)64 << 20;
-    s->grow_block = s->block_size;   /* the configuration's default is larger (policy/options.h) */
-    s->headroom = 1.0;
-    for (int d = 0; d < GVM_MAX_DEVICES; d++) {
-        s->cache_limit[d] = (size_t)1 << 30;
-        s->pool_limit[d] = (size_t)1 << 30;
-    }
-    s->host_pool = (size_t)4 << 30;
-    s->host_prefill = GVM_HOST_PREFILL_OFF;   /* tests ask for it */
-    s->host_access = GVM_HOST_ACCESS_LAZY;
-    s->host_register = 1;
-    for (int i = 0; i < GVM_LOC_SLOTS; i++) s->hold_limit[i] = SIZE_MAX;
-}
 
 CUresult gvm_core_probe(void)
 {
@@ -48,13 +27,9 @@ CUresult gvm_core_start(const struct gvm_settings *s)
     gvm_held_set_cap(GVM_LOC_HOST, gvm_settings.hold_limit[gvm_loc_slot(GVM_LOC_HOST)]);
     if (gvm_settings.host_access == GVM_HOST_ACCESS_LAZY && gvm_hostaccess_install())
         gvm_warn("cannot install the fault handler for lazy host access; granting it eagerly");
-    __atomic_store_n(&gvm_core_state, 1, __ATOMIC_RELEASE);
+    gvm_core_set_active(true);
     if (gvm_settings.host_prefill == GVM_HOST_PREFILL_ON ||
         (gvm_settings.host_prefill == GVM_HOST_PREFILL_AUTO && gvm_phys_prefill_hinted(GVM_LOC_HOST)))
         gvm_phys_prefill(GVM_LOC_HOST);
     return CUDA_SUCCESS;
 }
-
-bool gvm_core_off(void) { return __atomic_load_n(&gvm_core_state, __ATOMIC_ACQUIRE) < 0; }
-
-void gvm_core_set_active(bool on) { __atomic_store_n(&gvm_core_state, on ? 1 : -1, __ATOMIC_RELEASE); }

@@ -1,13 +1,10 @@
-/* Starting the core and asking whether it serves. */
+/* Starting the core (its state, whether it serves: core/core_state.h). */
 #ifndef GVM_CORE_H
 #define GVM_CORE_H
 
-#include "core/hostaccess.h"
+#include "core/core_state.h"
+#include "core/cuda_api.h"
 #include "core/settings.h"
-
-#include <stdbool.h>
-#include <stddef.h>
-#include <stdint.h>
 
 /* Starting is two steps, so that whoever starts the core can turn its
  * configuration into settings once the devices are known (percentages of
@@ -20,18 +17,5 @@
  * core from serving (then everything passes through). */
 CUresult gvm_core_probe(void);
 CUresult gvm_core_start(const struct gvm_settings *s);
-
-/* 0 not started, 1 serving, -1 off (core.c). */
-extern int gvm_core_state;
-
-/* True once gvm_core_start succeeded. Inline: every hooked call asks. */
-static inline bool gvm_core_active(void) { return __atomic_load_n(&gvm_core_state, __ATOMIC_ACQUIRE) > 0; }
-
-/* True when the core will not serve: disabled, or its start failed
- * (rather than not started yet). */
-bool gvm_core_off(void);
-
-/* Marks the core serving, or off (disabled, or start failed). */
-void gvm_core_set_active(bool on);
 
 #endif

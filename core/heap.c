@@ -1,13 +1,12 @@
 #include "core/heap.h"
 
 #include "core/capture.h"
-#include "core/driver.h"
 #include "core/ids.h"
 #include "core/live.h"
 #include "core/log.h"
 #include "core/ring.h"
 #include "core/settings.h"
-#include "core/share.h"
+#include "core/share_hold.h"
 #include "core/slab.h"
 #include "core/topo.h"
 #include "core/trace.h"
@@ -607,7 +606,7 @@ CUresult gvm_heap_free(uintptr_t p)
     if (__atomic_load_n(&r->state, __ATOMIC_ACQUIRE) == GVM_REGION_LIVE) {
         int slot;
         uint64_t id;
-        bool shared = gvm_share_key(r, p, &slot, &id);   /* CUDA IPC: core/share.h */
+        bool shared = gvm_share_key(r, p, &slot, &id);   /* CUDA IPC: core/share_hold.h */
         rc = r->kind == GVM_REGION_CHUNK ? free_small(r, p) : free_large(r, p, &dead);
         if (rc == CUDA_SUCCESS && shared) gvm_share_freed(r, slot, id);
     }

@@ -17,7 +17,7 @@
  * would have delivered it. */
 #include "core/hostaccess.h"
 
-#include "core/core.h"
+#include "core/core_state.h"
 
 #include "core/capture.h"
 #include "core/driver.h"
@@ -33,6 +33,11 @@
 #include <unistd.h>
 
 static int sig_slot(int sig) { return sig == SIGBUS; }
+
+/* The sigaction that reaches the kernel (gvm_hostaccess_use_sigaction). */
+static gvm_sigaction_fn kernel_sigaction;
+
+void gvm_hostaccess_use_sigaction(gvm_sigaction_fn fn) { __atomic_store_n(&kernel_sigaction, fn, __ATOMIC_RELEASE); }
 
 /* ---- the program's dispositions ------------------------------------------
  *
@@ -252,7 +257,7 @@ static void die_by(int sig)
     dfl.sa_handler = SIG_DFL;
     __atomic_store_n(&actions[sig_slot(sig)].owned, 0, __ATOMIC_RELEASE);
     action_set(sig, &dfl);
-    sigaction(sig, &dfl, NULL);   /* not owned any more: reaches the kernel */
+    __atomic_load_n(&kernel_sigaction, __ATOMIC_ACQUIRE)(sig, &dfl, NULL);   /* not owned any more */
     sigset_t s;
     sigemptyset(&s);
     sigaddset(&s, sig);
@@ -321,9 +326,8 @@ static int install(int sig)
     sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
     sigemptyset(&sa.sa_mask);
     if (owned(sig)) return 0;
-    /* In libgvmshim this is the preload layer's sigaction, which passes
-     * calls for a signal gvmshim does not own straight to the kernel. */
-    if (sigaction(sig, &sa, &old)) return -1;
+    gvm_sigaction_fn set = __atomic_load_n(&kernel_sigaction, __ATOMIC_ACQUIRE);
+    if (!set || set(sig, &sa, &old)) return -1;
     action_set(sig, &old);
     __atomic_store_n(&actions[sig_slot(sig)].owned, 1, __ATOMIC_RELEASE);
     return 0;

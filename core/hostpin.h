@@ -15,7 +15,7 @@
 #ifndef GVM_HOSTPIN_H
 #define GVM_HOSTPIN_H
 
-#include "core/phys.h"
+#include "core/piece.h"
 
 #include <stdbool.h>
 

@@ -7,6 +7,7 @@
 #include "core/ids.h"
 #include "core/log.h"
 #include "core/perthread.h"
+#include "core/phys_batch.h"
 #include "core/settings.h"
 #include "core/slab.h"
 #include "core/stats.h"
@@ -338,19 +339,15 @@ static int cut(size_t len, size_t cap, size_t *out)
     return n;
 }
 
-static __thread bool making_room;
-
-bool gvm_move_making_room(void) { return making_room; }
-
 /* Gives idle memory at loc (cached regions, empty chunks, pooled pieces
  * of other sizes) back to the driver for a move's destinations; the bytes
  * freed. The trim must not wait for a chunk a move holds: it may be the
  * region moving, or one the thread this one works for holds (core/slab.c). */
 size_t gvm_move_make_room(int loc)
 {
-    making_room = true;
+    gvm_slab_set_making_room(true);
     size_t freed = gvm_heap_trim(loc);
-    making_room = false;
+    gvm_slab_set_making_room(false);
     return freed;
 }
 

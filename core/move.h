@@ -46,10 +46,6 @@ void gvm_use_end(struct gvm_region *r);
 void gvm_move_gate_enter(void);
 void gvm_move_gate_leave(void);
 
-/* True while this thread trims idle memory to make room for a move: a
- * chunk being moved must then not be waited for (core/slab.c). */
-bool gvm_move_making_room(void);
-
 /* Gives idle memory at loc back to the driver for a move's destinations
  * (as a move does when its destinations do not fit); the bytes freed. */
 size_t gvm_move_make_room(int loc);

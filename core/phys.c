@@ -3,7 +3,7 @@
 #include "core/driver.h"
 #include "core/held.h"
 #include "core/hostpin.h"
-#include "core/core.h"
+#include "core/core_state.h"
 #include "core/log.h"
 #include "core/settings.h"
 #include "core/topo.h"

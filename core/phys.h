@@ -7,23 +7,11 @@
 #define GVM_PHYS_H
 
 #include "core/cuda_api.h"
+#include "core/piece.h"
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-
-struct gvm_phys {
-    CUmemGenericAllocationHandle handle;
-    size_t size;
-    int loc;                 /* device ordinal or GVM_LOC_HOST */
-    CUdeviceptr staging;     /* second mapping for copies, 0 if none */
-    void *host;              /* registered host pages, no handle (core/hostpin.h): staging is this */
-    int host_dev;            /* ... registered in this device's primary context */
-    unsigned host_era;       /* ... before this many resets of it (core/hostpin.h) */
-    uint32_t staged_for;     /* devices (bit per ordinal) granted the staging mapping */
-    bool stuck;              /* a mapping of it could not be removed: never pooled or released */
-    struct gvm_phys *next;   /* pool list */
-};
 
 /* Creates a handle at loc with the properties a cudaMalloc-like buffer
  * needs (POSIX_FD export, RDMA where the device supports it). */
@@ -68,43 +56,10 @@ CUresult gvm_phys_free_range(CUdeviceptr va, size_t size);
  * staging, it also comes mapped at a staging address. */
 CUresult gvm_phys_get(int loc, size_t size, bool staging, struct gvm_phys **out);
 
-/* n handles at loc of the given sizes, as gvm_phys_get would give them,
- * for the entries of out that are NULL (the others are the caller's),
- * pooled ones first; the missing ones are created by several threads at
- * once (pinning host memory is the slow part of a first move, and the
- * kernel does it in parallel). On failure nothing is kept: every entry,
- * the caller's too, is given back and NULL. */
-CUresult gvm_phys_get_many(int loc, const size_t *sizes, int n, bool staging, struct gvm_phys **out);
-
 /* A pooled piece of exactly `size` at loc, or NULL; with `staging`, one
  * already staged is preferred; `copy_only`: a registered piece will do
  * (it has no handle to map). */
 struct gvm_phys *gvm_phys_pool_take(int loc, size_t size, bool staging, bool copy_only);
-
-/* gvm_phys_get_many in the background, for a caller that uses each piece
- * as soon as it is ready (a move's copies start while the rest are being
- * made): the NULL entries of out are filled from loc's pool at once
- * (staged), the others by threads started here. `copy_only`: nothing
- * will map these pieces at an allocation's addresses, so host pieces may
- * be registered pages (core/hostpin.h), in dev's context. The caller owns every non-NULL
- * entry of out whatever happens, and calls gvm_phys_batch_end after a
- * start that succeeded; CUDA_ERROR_OUT_OF_MEMORY (*b NULL) when the
- * missing pieces would pass loc's cap. */
-struct gvm_phys_batch;
-CUresult gvm_phys_batch_start(int loc, const size_t *sizes, int n, bool copy_only, int dev, struct gvm_phys **out,
-                              struct gvm_phys_batch **b);
-/* Waits until out[k] is ready: CUDA_SUCCESS, or the creation failure
- * that stopped the batch (out[k] may then be NULL). */
-CUresult gvm_phys_batch_wait(struct gvm_phys_batch *b, int k);
-/* Joins the batch's threads (with `stop`, once their creations under way
- * end; later entries stay NULL) and frees it; returns its first failure
- * (without `stop`, also when an entry is still NULL). */
-CUresult gvm_phys_batch_end(struct gvm_phys_batch *b, bool stop);
-
-/* The NULL entries of out that loc's pool can fill now (as gvm_phys_get
- * would, without creating anything); returns the bytes of those it could
- * not. */
-size_t gvm_phys_take_pooled(int loc, const size_t *sizes, int n, bool staging, struct gvm_phys **out);
 
 /* Gives a handle back to its location's pool; where the pool would pass
  * its limit, the handles pooled longest ago are destroyed to make room (one

@@ -1,11 +1,11 @@
-/* Making several pieces at once (core/phys.h: gvm_phys_batch_*,
- * gvm_phys_get_many): pooled ones first, the rest created on threads, each
- * usable as soon as it exists. */
-#include "core/phys.h"
+/* Making several pieces at once (core/phys_batch.h): pooled ones first,
+ * the rest created on threads, each usable as soon as it exists. */
+#include "core/phys_batch.h"
 
 #include "core/held.h"
 #include "core/hostpin.h"
 #include "core/location.h"
+#include "core/phys.h"
 
 #include <pthread.h>
 #include <stdint.h>

@@ -1,6 +1,6 @@
 #include "core/reach.h"
 
-#include "core/core.h"
+#include "core/core_state.h"
 #include "core/heap.h"
 #include "core/live.h"
 #include "core/region.h"

@@ -2,6 +2,7 @@
 
 #include "core/driver.h"
 #include "core/log.h"
+#include "core/phys_batch.h"
 #include "core/settings.h"
 #include "core/topo.h"
 #include "core/vamap.h"

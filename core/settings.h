@@ -3,7 +3,7 @@
 #ifndef GVM_SETTINGS_H
 #define GVM_SETTINGS_H
 
-#include "core/stats.h"
+#include "core/location.h"
 
 #include <stddef.h>
 
@@ -28,6 +28,7 @@ struct gvm_settings {
     size_t hold_limit[GVM_LOC_SLOTS];       /* most physical bytes held, by location slot; SIZE_MAX: none */
 };
 
+/* The settings in force (core/settings.c), set by gvm_core_start. */
 extern struct gvm_settings gvm_settings;
 
 /* Defaults for tests and for devices the configuration does not name. */

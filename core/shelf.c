@@ -2,6 +2,7 @@
 
 #include "core/driver.h"
 #include "core/log.h"
+#include "core/phys_batch.h"
 #include "core/move.h"
 #include "core/settings.h"
 #include "core/stats.h"

@@ -1,11 +1,8 @@
 #include "core/slab.h"
 
-#include "core/driver.h"
 #include "core/ids.h"
 #include "core/live.h"
 #include "core/log.h"
-#include "core/move.h"
-#include "core/settings.h"
 #include "core/topo.h"
 
 #include <stdlib.h>
@@ -41,6 +38,8 @@ static struct gvm_slab *doomed;
 static unsigned reapers;
 static pthread_cond_t reaped = PTHREAD_COND_INITIALIZER;
 static size_t reaped_bytes[GVM_MAX_DEVICES];   /* ever, by any reap: what a waiting trim saw freed */
+/* This thread trims for a move's destinations (gvm_slab_set_making_room). */
+static __thread bool trims_for_move;
 
 static void flush_locked(int device);
 static struct gvm_slab *lists[GVM_MAX_DEVICES][NCLASSES];
@@ -399,7 +398,7 @@ static size_t reap(int device)
     pthread_mutex_unlock(&slab_lock);
     if (!list) return 0;
     size_t freed = 0;
-    bool retry = false, making_room = gvm_move_making_room();
+    bool retry = false, making_room = trims_for_move;
     while (list) {
         struct gvm_slab *s = list;
         struct gvm_region *r = s->chunk;
@@ -506,7 +505,7 @@ size_t gvm_slab_trim(int device)
     }
     pthread_mutex_unlock(&slab_lock);
     size_t freed = reap(device);
-    if (gvm_move_making_room()) return freed;   /* a reap under way may wait for this thread's move */
+    if (trims_for_move) return freed;   /* a reap under way may wait for this thread's move */
     /* Another thread's reap may have taken empty chunks off the list just
      * before this one looked, and not destroyed them yet: the trim is over
      * when they are gone too (stress test, 2026-11-23: a gvmctl set's
@@ -527,6 +526,8 @@ size_t gvm_slab_trim(int device)
     pthread_mutex_unlock(&slab_lock);
     return freed;
 }
+
+void gvm_slab_set_making_room(bool on) { trims_for_move = on; }
 
 void gvm_slab_renew_ids(struct gvm_region *r)
 {

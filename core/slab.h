@@ -59,6 +59,13 @@ void gvm_slab_flush(int device);
  * region lock. */
 size_t gvm_slab_trim(int device);
 
+/* Marks this thread's trims as made to free memory for a move (on), or
+ * not (off): gvm_move_make_room sets it around its gvm_heap_trim. A reap
+ * then takes a chunk's lock only if it is free at once and leaves a chunk
+ * being moved doomed, and gvm_slab_trim does not wait for other threads'
+ * reaps: the move may be this thread's own or one it works for. */
+void gvm_slab_set_making_room(bool on);
+
 /* New buffer ids for every slot of a chunk (after its memory moved). */
 void gvm_slab_renew_ids(struct gvm_region *r);
 

@@ -1,8 +1,6 @@
 #include "core/where.h"
 
-#include "core/heap.h"
 #include "core/live.h"
-#include "core/stats.h"
 
 #include <stdlib.h>
 #include <string.h>

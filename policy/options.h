@@ -3,7 +3,7 @@
  * Every option is one line X(name, type, default_text, when, "doc"): the
  * name is the file key and, uppercased after "GVM_", the environment
  * variable. `when` is `live` for an option `gvmctl set` may change in a
- * running process (policy/live.c applies it), `start` for one that holds
+ * running process (policy/set.c applies it), `start` for one that holds
  * from the start to the exit. From this list alone come the option enum,
  * the fields of struct gvm_config, the parser dispatch, the defaults
  * (default_text goes through the same parser as user input),

@@ -12,7 +12,7 @@
 #include <stddef.h>
 
 /* gvmctl set replaces the configuration and the limits while other
- * threads read them (policy/live.c): every field is read and written
+ * threads read them (policy/set.c): every field is read and written
  * atomically, through the functions below. */
 struct gvm_policy {
     /* Immutable once published: a change publishes a new copy (release),

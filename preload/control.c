@@ -16,8 +16,8 @@
 #include "core/where.h"
 #include "ctl/server.h"
 #include "gvmshim.h"
-#include "policy/live.h"
 #include "policy/policy.h"
+#include "policy/set.h"
 #include "policy/tags.h"
 
 #include <errno.h>
@@ -150,7 +150,7 @@ static void migrate(int fd, const uint8_t *p, uint32_t n)
     reply_str(fd, GVM_CTL_MIGRATE, st, st ? gvm_strerror(st) : "moved");
 }
 
-/* "key=value" lines, applied together or not at all (policy/live.h). */
+/* "key=value" lines, applied together or not at all (policy/set.h). */
 static void set(int fd, const uint8_t *p, uint32_t n)
 {
     char *text = malloc((size_t)n + 1), *out = NULL;

@@ -12,8 +12,8 @@
 #include "core/trace.h"
 #include "preload/control.h"
 #include "policy/config.h"
+#include "policy/derive.h"
 #include "policy/place.h"
-#include "policy/settings.h"
 #include "policy/tags.h"
 #include "preload/outfile.h"
 #include "preload/nvml.h"
@@ -128,6 +128,7 @@ static void start_core(void)
     /* The core reads the devices, policy turns the configuration into
      * settings for them, the core applies them. */
     __atomic_store_n(&core_starting, 1, __ATOMIC_RELEASE);
+    gvm_hostaccess_use_sigaction(gvm_shim_next_sigaction);
     CUresult rc = gvm_core_probe();
     if (rc == CUDA_SUCCESS) {
         struct gvm_settings s;

@@ -8,6 +8,7 @@
 #include "core/driver.h"
 #include "core/export.h"
 #include "core/heap.h"
+#include "core/hostaccess.h"
 #include "core/move.h"
 #include "core/stats.h"
 #include "core/topo.h"
@@ -61,6 +62,10 @@ void *gvm_shim_hook_for(void *real);
 
 /* The real dlsym, reached through dlvsym (the public one is ours). */
 void *gvm_real_dlsym(void *handle, const char *name);
+
+/* The sigaction after the one preload/signals.c interposes: what core's
+ * fault handler changes goes to the kernel (gvm_hostaccess_use_sigaction). */
+int gvm_shim_next_sigaction(int sig, const struct sigaction *act, struct sigaction *old);
 
 /* Is this thread inside gvmshim's own driver loading (dlopen of libcuda)? */
 bool gvm_shim_loading(void);

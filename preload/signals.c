@@ -35,6 +35,11 @@ static sigaction_fn real_sigaction(void)
     return f;
 }
 
+int gvm_shim_next_sigaction(int sig, const struct sigaction *act, struct sigaction *old)
+{
+    return real_sigaction()(sig, act, old);
+}
+
 GVM_EXPORT int sigaction(int sig, const struct sigaction *act, struct sigaction *old)
 {
     if (gvm_hostaccess_program_action(sig, act, old)) return 0;

@@ -6,6 +6,7 @@
 #include "core/core.h"
 #include "core/driver.h"
 #include "core/heap.h"
+#include "core/hostaccess.h"
 #include "core/hostpin.h"
 #include "core/topo.h"
 #include "gvmshim.h"
@@ -13,6 +14,7 @@
 #include "simcuda.h"
 
 #include <dlfcn.h>
+#include <signal.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -38,6 +40,7 @@ static inline void sim_start(int ndev, size_t capacity, void (*tune)(struct gvm_
     /* The simulated machine's memory is the sim's: how much the build
      * machine has free must not decide which path a case takes. */
     gvm_hostpin_set_meminfo(NULL);
+    gvm_hostaccess_use_sigaction(sigaction);   /* no preload layer in between */
     CHECK_EQ(gvm_core_probe(), CUDA_SUCCESS);
     CHECK_EQ(gvm_core_start(&s), CUDA_SUCCESS);
 }

@@ -4,6 +4,7 @@
 
 #include "core/capture.h"
 #include "core/held.h"
+#include "core/hostaccess.h"
 #include "core/move.h"
 #include "core/phys.h"
 #include "core/reach.h"

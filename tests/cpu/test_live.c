@@ -10,10 +10,10 @@
 #include "core/move.h"
 #include "core/log.h"
 #include "policy/config.h"
-#include "policy/live.h"
+#include "policy/derive.h"
 #include "policy/place.h"
 #include "policy/policy.h"
-#include "policy/settings.h"
+#include "policy/set.h"
 #include "policy/tags.h"
 
 #include <stdarg.h>

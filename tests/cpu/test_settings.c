@@ -3,7 +3,7 @@
  * topology is a value. */
 #include "harness.h"
 
-#include "policy/settings.h"
+#include "policy/derive.h"
 
 #define MiB ((size_t)1 << 20)
 #define GiB ((size_t)1 << 30)

@@ -9,13 +9,14 @@
 
 #include "core/reach.h"
 
+#include "core/hostaccess.h"
 #include "core/move.h"
 #include "core/slab.h"
 #include "policy/config.h"
-#include "policy/live.h"
+#include "policy/derive.h"
 #include "policy/place.h"
 #include "policy/policy.h"
-#include "policy/settings.h"
+#include "policy/set.h"
 #include "policy/spill.h"
 
 #include <pthread.h>

@@ -10,6 +10,7 @@
 #include "core/held.h"
 #include "core/move.h"
 #include "core/phys.h"
+#include "core/phys_batch.h"
 #include "core/settings.h"
 #include "policy/config.h"
 #include "policy/place.h"

@@ -1,4 +1,4 @@
-#include "policy/settings.h"
+#include "policy/derive.h"
 
 struct gvm_config gvm_cfg;
 

@@ -1,6 +1,6 @@
 /* Changing options while the process runs (gvmctl set PID KEY=VALUE...). */
-#ifndef GVM_POLICY_LIVE_H
-#define GVM_POLICY_LIVE_H
+#ifndef GVM_POLICY_SET_H
+#define GVM_POLICY_SET_H
 
 #include <stdio.h>
 

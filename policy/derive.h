@@ -1,8 +1,8 @@
 /* The configuration in force, and what it means for the layers below:
  * core's settings in absolute values once the devices are known, and
  * whether kernel launches are worth watching. */
-#ifndef GVM_POLICY_SETTINGS_H
-#define GVM_POLICY_SETTINGS_H
+#ifndef GVM_POLICY_DERIVE_H
+#define GVM_POLICY_DERIVE_H
 
 #include "core/settings.h"
 #include "core/topo.h"

@@ -7,7 +7,7 @@
  * limits are core's caps (core/held.h), set before the copy is published;
  * a lowered device limit then evicts down to it, and when that fails the
  * old configuration and limits come back. One change at a time. */
-#include "policy/live.h"
+#include "policy/set.h"
 
 #include "core/direct.h"
 #include "core/heap.h"
@@ -119,7 +119,7 @@ static void limits_now(struct limits *l)
 }
 
 /* What cfg asks for, resolved on this machine as at the start
- * (policy/settings.c). */
+ * (policy/derive.c). */
 static void limits_of(const struct gvm_config *cfg, struct limits *l)
 {
     for (int d = 0; d < gvm_topo.ndev; d++)
