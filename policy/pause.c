@@ -284,6 +284,10 @@ static gvm_status pause_resume(const char *tag, enum what w, int flags, gvm_paus
     out->to = w == RESUME ? GVM_MIXED : (flags & GVM_PAUSE_DISCARD) ? GVM_NOWHERE : GVM_HOST;
     size_t held0[GVM_REPORT_DEVICES];
     held_now(held0);
+    /* Idle memory first: an empty chunk or a freed allocation kept for
+     * reuse is given back rather than copied. */
+    if (w == PAUSE)
+        for (int d = 0; d < gvm_topo.ndev; d++) gvm_heap_trim(d);
     struct list l = {.tag = -1, .paused = w == RESUME, .skip_host = w == PAUSE};
     CUresult rc = CUDA_SUCCESS;
     bool shared = false;
