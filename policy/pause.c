@@ -252,9 +252,10 @@ static gvm_status check_flags(const char *tag, int flags, gvm_pause_result *out)
  * state already. */
 static void say_already(const char *tag, enum what w, gvm_pause_result *out)
 {
-    const char *state = w == RESUME ? "not paused" : "paused already";
-    if (tag) say(out, "every allocation tagged %s is %s", tag, state);
-    else say(out, "every allocation is %s", state);
+    if (w == RESUME && tag) say(out, "no allocation tagged %s is paused", tag);
+    else if (w == RESUME) say(out, "no allocation is paused");
+    else if (tag) say(out, "every allocation tagged %s is paused already", tag);
+    else say(out, "every allocation is paused already");
 }
 
 /* The status of a run whose moves ended with rc. */

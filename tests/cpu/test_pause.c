@@ -206,7 +206,7 @@ static void repeats_are_no_ops_and_new_allocations_are_ordinary(void)
     gvm_pause_result res;
     CHECK_EQ(gvm_resume_report(NULL, &res), GVM_OK);
     CHECK_EQ(res.done, 0);
-    CHECK_STR(res.reason, "every allocation is not paused");
+    CHECK_STR(res.reason, "no allocation is paused");
     CHECK_EQ(gvm_pause(NULL, 0), GVM_OK);
     uintptr_t fresh = palloc(8 * MiB), tiny = palloc(512);
     fill(fresh, 8 * MiB, 7);
