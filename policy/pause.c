@@ -15,6 +15,7 @@
 #include "core/live.h"
 #include "core/phys.h"
 #include "core/relocate.h"
+#include "core/settings.h"
 #include "core/slab.h"
 #include "core/topo.h"
 #include "core/trace.h"
@@ -23,6 +24,7 @@
 #include "policy/tags.h"
 
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,6 +81,62 @@ static void keep_room(const struct list *l)
     size_t bytes = 0;
     for (size_t i = 0; i < l->n; i++) bytes += GVM_LOAD(l->r[i]->mapped);
     gvm_phys_raise_limit(GVM_LOC_HOST, bytes);
+}
+
+/* The host pieces a move of r to host takes, as core/move.c cuts them:
+ * runs of adjacent device pieces of one device up to the block size, each
+ * cut in power-of-two multiples of the granularity. Appended to *sizes
+ * (grown as needed); false when memory for the list ran out. */
+static bool host_pieces(struct gvm_region *r, size_t **sizes, size_t *n, size_t *cap)
+{
+    size_t gran = gvm_topo.gran, most = gvm_settings.block_size < gran ? gran : gvm_settings.block_size;
+    bool ok = true;
+    pthread_mutex_lock(&r->op);
+    bool skip = !gvm_region_live(r) || (r->flags & GVM_RF_PAUSED) || r->shelf || r->aliases;
+    for (int i = 0; !skip && ok && i < r->nblocks;) {
+        const struct gvm_block *b = &r->blocks[i];
+        if (!b->phys || b->phys->loc < 0) {
+            i++;
+            continue;
+        }
+        int from = b->phys->loc;
+        size_t off = b->off, len = 0;
+        do len += r->blocks[i++].size;
+        while (i < r->nblocks && r->blocks[i].phys && r->blocks[i].phys->loc == from &&
+               r->blocks[i].off == off + len && len + r->blocks[i].size <= most);
+        while (len && ok) {
+            size_t p = gran;
+            while (p * 2 <= len && p * 2 <= most) p *= 2;
+            if (*n == *cap) {
+                size_t c = *cap ? *cap * 2 : 64;
+                size_t *ns = realloc(*sizes, c * sizeof *ns);
+                if (!(ok = ns != NULL)) break;
+                *sizes = ns;
+                *cap = c;
+            }
+            (*sizes)[(*n)++] = p;
+            len -= p;
+        }
+    }
+    pthread_mutex_unlock(&r->op);
+    return ok;
+}
+
+/* A first pause finds no pinned host memory ready, and each move creates
+ * its own (~250 ms/GiB, in parallel over that move's pieces only: a
+ * process of many small allocations got almost none of it). The whole
+ * set is created at once, in parallel, into the host pool (keep_room made
+ * room for it), where the moves find it. Pooled pieces count. */
+static void create_host_memory(const struct list *l)
+{
+    size_t *sizes = NULL, n = 0, cap = 0;
+    bool ok = true;
+    for (size_t i = 0; i < l->n && ok; i++) ok = host_pieces(l->r[i], &sizes, &n, &cap);
+    struct gvm_phys **out = ok && n && n <= INT32_MAX ? calloc(n, sizeof *out) : NULL;
+    if (out && gvm_phys_get_many(GVM_LOC_HOST, sizes, (int)n, true, out) == CUDA_SUCCESS)
+        for (size_t i = 0; i < n; i++) gvm_phys_put(out[i]);
+    free(out);
+    free(sizes);
 }
 
 /* A resume whose device is at its limit or full, spill on: as for an
@@ -298,7 +356,10 @@ static gvm_status pause_resume(const char *tag, enum what w, int flags, gvm_paus
         if (flags & GVM_PAUSE_UNMAPPED) how |= GVM_RELOC_SHELVE;
         int loc = w == PAUSE && !(flags & GVM_PAUSE_DISCARD) ? GVM_LOC_HOST : GVM_LOC_NONE;
         const struct gvm_config *cfg = gvm_policy_cfg();
-        if (loc == GVM_LOC_HOST && cfg && cfg->pause_pool) keep_room(&l);
+        if (loc == GVM_LOC_HOST && cfg && cfg->pause_pool) {
+            keep_room(&l);
+            if (!(how & GVM_RELOC_SHELVE)) create_host_memory(&l);
+        }
         rc = move_all(&l, loc, how, out, &shared);
     }
     free(l.r);

@@ -6,6 +6,8 @@
 #include "simcore.h"
 #include "core/capture.h"
 #include "core/held.h"
+#include "core/phys.h"
+#include "core/settings.h"
 #include "core/share.h"
 #include "policy/config.h"
 #include "policy/live.h"
@@ -365,6 +367,39 @@ static void a_failure_anywhere_keeps_every_allocation(void)
     CHECK(failed > 10);
 }
 
+static void no_prefill(struct gvm_settings *s)
+{
+    no_idle_memory(s);
+    s->host_prefill = GVM_HOST_PREFILL_OFF;
+    s->block_size = 8 * MiB;
+}
+
+/* A first pause finds no host memory ready: it creates all of it at once
+ * (in parallel) before the moves, piece for piece what the moves take,
+ * none left over; the resume keeps it pooled for the next pause. */
+static void a_cold_pause_creates_its_host_memory_at_once(void)
+{
+    gvm_config_defaults(&cfg);
+    cfg.cache_idle = 0;
+    sim_start(2, 512 * MiB, no_prefill);
+    CHECK_EQ(gvm_policy_start(&cfg), CUDA_SUCCESS);
+    size_t sizes[] = {20 * MiB, 3000, 6 * MiB, 2 * MiB, 24 * MiB, 100000};
+    uintptr_t p[6];
+    for (int i = 0; i < 6; i++) {
+        p[i] = palloc(sizes[i]);
+        fill(p[i], sizes[i] & ~(size_t)3, 30 + (uint32_t)i);
+    }
+    CHECK_EQ(gvm_phys_pooled(GVM_LOC_HOST), 0);
+    CHECK_EQ(gvm_held_bytes(GVM_LOC_HOST), 0);
+    gvm_pause_result res;
+    CHECK_EQ(gvm_pause_report(NULL, 0, &res), GVM_OK);
+    CHECK_EQ(gvm_phys_pooled(GVM_LOC_HOST), 0);              /* every piece made was taken */
+    CHECK_EQ(gvm_held_bytes(GVM_LOC_HOST), res.bytes);       /* and nothing else made */
+    CHECK_EQ(gvm_resume(NULL), GVM_OK);
+    CHECK_EQ(gvm_phys_pooled(GVM_LOC_HOST), res.bytes);      /* kept for the next pause */
+    for (int i = 0; i < 6; i++) CHECK(intact(p[i], sizes[i] & ~(size_t)3, 30 + (uint32_t)i));
+}
+
 /* gvmctl migrate's answer in bytes. */
 static void migrate_answers_in_bytes(void)
 {
@@ -395,6 +430,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(a_pause_during_a_capture_is_refused)
     TEST_ENTRY(shared_memory_stays_and_the_rest_pauses)
     TEST_ENTRY(a_failure_anywhere_keeps_every_allocation)
+    TEST_ENTRY(a_cold_pause_creates_its_host_memory_at_once)
     TEST_ENTRY(migrate_answers_in_bytes)
 };
 
