@@ -319,6 +319,13 @@ static void say_already(const char *tag, enum what w, gvm_pause_result *out)
 /* The status of a run whose moves ended with rc. */
 static gvm_status status_of(CUresult rc, bool shared, gvm_pause_result *out)
 {
+    /* A capture begun while the moves ran: those left stay as they are. */
+    if (rc == CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED) {
+        int d = capturing_device();
+        if (d >= 0) say(out, "a stream capture began on device %d: %zu bytes stay", d, out->stayed);
+        else say(out, "a stream capture began: %zu bytes stay", out->stayed);
+        return GVM_ERR_BUSY;
+    }
     if (rc == CUDA_ERROR_OUT_OF_MEMORY) {
         if (!out->reason[0]) say(out, "the device has no room (the rest stays paused, with its contents)");
         return GVM_ERR_NO_MEMORY;

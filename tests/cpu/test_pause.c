@@ -296,6 +296,14 @@ static void a_pause_during_a_capture_is_refused(void)
     CHECK_EQ(gvm_pause(NULL, 0), GVM_OK);
     CHECK(paused(a));
     CHECK_EQ(gvm_resume(NULL), GVM_OK);
+    /* One begun while the pause runs: the waits are refused from then on,
+     * and what was not moved yet stays. */
+    simcuda_fail_calls("cuCtxSynchronize", 1, 100, CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED);
+    gvm_status st = gvm_pause_report(NULL, 0, &res);
+    simcuda_fail_calls("cuCtxSynchronize", 0, 0, CUDA_SUCCESS);
+    CHECK_EQ(st, GVM_ERR_BUSY);
+    CHECK_STR(res.reason, "a stream capture began: 8388608 bytes stay");
+    CHECK(!paused(a) && where(a) == 0);
 }
 
 /* Memory exported to other processes (CUDA IPC) stays where they map it;
