@@ -495,7 +495,7 @@ static void print_report(const struct report *r, enum verb v, bool unmapped, con
     bytes_text(r->bytes, b, sizeof b);
     printf("%s %s", verbs[v], b);
     if (v == V_MIGRATE) printf(" to %s", dest);
-    const char *how = v == V_RESUME ? "from host"
+    const char *how = v == V_RESUME ? "back"
                       : v == V_MIGRATE ? (r->to >= 0 ? "arrived" : "left")
                       : r->to == -3    ? "discarded"
                       : unmapped       ? "to host, unmapped"

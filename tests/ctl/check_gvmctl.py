@@ -142,7 +142,7 @@ try:
     err = ctl("pause", pid, "--discard", expect=1).stderr
     check("--discard needs a TAG" in err, "discarding the whole process is refused: %r" % err)
     out = ctl("resume", pid).stdout
-    check(re.fullmatch(r"resumed 48\.0 MiB \(device 0: 48\.0 MiB from host\) in \d+\.\d\d s, \d+\.\d GB/s\n",
+    check(re.fullmatch(r"resumed 48\.0 MiB \(device 0: 48\.0 MiB back\) in \d+\.\d\d s, \d+\.\d GB/s\n",
                        out), "a whole-process resume answers in bytes: %r" % out)
     check(ask("where") == "0" and ask("check") == "ok" and dev0_now()["on_host"] == 0, "all back, intact")
     out = ctl("resume", pid).stdout
