@@ -127,16 +127,26 @@ static bool host_pieces(struct gvm_region *r, size_t **sizes, size_t *n, size_t 
  * process of many small allocations got almost none of it). The whole
  * set is created at once, in parallel, into the host pool (keep_room made
  * room for it), where the moves find it. Pooled pieces count. */
-static void create_host_memory(const struct list *l)
+static CUresult create_host_memory(const struct list *l, gvm_pause_result *out)
 {
-    size_t *sizes = NULL, n = 0, cap = 0;
+    size_t *sizes = NULL, n = 0, cap = 0, total = 0;
     bool ok = true;
     for (size_t i = 0; i < l->n && ok; i++) ok = host_pieces(l->r[i], &sizes, &n, &cap);
-    struct gvm_phys **out = ok && n && n <= INT32_MAX ? calloc(n, sizeof *out) : NULL;
-    if (out && gvm_phys_get_many(GVM_LOC_HOST, sizes, (int)n, true, out) == CUDA_SUCCESS)
-        for (size_t i = 0; i < n; i++) gvm_phys_put(out[i]);
-    free(out);
+    for (size_t i = 0; ok && i < n; i++) total += sizes[i];
+    struct gvm_phys **made = ok && n && n <= INT32_MAX ? calloc(n, sizeof *made) : NULL;
+    CUresult rc = made ? gvm_phys_get_many(GVM_LOC_HOST, sizes, (int)n, true, made) : CUDA_SUCCESS;
+    if (rc == CUDA_SUCCESS) {
+        for (size_t i = 0; made && i < n; i++) gvm_phys_put(made[i]);
+    } else {
+        /* The moves would fail the same way: nothing moves, nothing
+         * changed (get_many kept nothing). */
+        out->stayed = total;
+        say(out, "creating %zu bytes of host memory for the pause failed (driver error %d); nothing moved", total,
+            (int)rc);
+    }
+    free(made);
     free(sizes);
+    return rc;
 }
 
 /* A resume whose device is at its limit or full, spill on: as for an
@@ -351,8 +361,8 @@ static gvm_status pause_resume(const char *tag, enum what w, int flags, gvm_paus
     size_t held0[GVM_REPORT_DEVICES];
     held_now(held0);
     /* Idle memory first: an empty chunk or a freed allocation kept for
-     * reuse is given back rather than copied. */
-    if (w == PAUSE)
+     * reuse is given back rather than copied (the whole process's). */
+    if (w == PAUSE && !tag)
         for (int d = 0; d < gvm_topo.ndev; d++) gvm_heap_trim(d);
     struct list l = {.tag = -1, .paused = w == RESUME, .skip_host = w == PAUSE};
     CUresult rc = CUDA_SUCCESS;
@@ -365,9 +375,9 @@ static gvm_status pause_resume(const char *tag, enum what w, int flags, gvm_paus
         const struct gvm_config *cfg = gvm_policy_cfg();
         if (loc == GVM_LOC_HOST && cfg && cfg->pause_pool) {
             keep_room(&l);
-            if (!(how & GVM_RELOC_SHELVE)) create_host_memory(&l);
+            if (!(how & GVM_RELOC_SHELVE)) rc = create_host_memory(&l, out);
         }
-        rc = move_all(&l, loc, how, out, &shared);
+        if (rc == CUDA_SUCCESS) rc = move_all(&l, loc, how, out, &shared);
     }
     free(l.r);
     /* What the moves freed went to the pools: give it back to the driver,
