@@ -155,7 +155,7 @@ def used(job, m):
 
 
 REPORT = re.compile(r"paused (\d+\.\d) (MiB|GiB) \(device 0: \1 \2 to host\) in \d+\.\d\d s, \d+\.\d GB/s; "
-                    r"released \d+\.\d (KiB|MiB|GiB) to the driver\n")
+                    r"released \d+(\.\d)? (B|KiB|MiB|GiB) to the driver\n")
 
 
 def case_whole_process():
