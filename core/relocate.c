@@ -11,6 +11,7 @@
 #include "core/trace.h"
 #include "core/usemark.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* What a move is, as the trace names it. */
@@ -105,6 +106,19 @@ static CUresult discard(struct gvm_region *r, bool *released)
     return CUDA_SUCCESS;
 }
 
+/* A pause's bookkeeping for a region whose memory went to host. */
+static void paused_at(struct gvm_region *r, int where)
+{
+    GVM_STORE(r->flags, r->flags | GVM_RF_PAUSED);
+    GVM_STORE(r->paused_loc, where >= 0 ? where : r->home);
+    gvm_stat_inc(pauses);
+}
+
+static void bytes_by_device(const struct gvm_region *r, size_t *at, int ndev)
+{
+    for (int d = 0; d < ndev; d++) at[d] = gvm_region_bytes_at(r, d);
+}
+
 static CUresult pause(struct gvm_region *r, int loc, unsigned how)
 {
     int where = gvm_region_location(r);
@@ -123,11 +137,7 @@ static CUresult pause(struct gvm_region *r, int loc, unsigned how)
     } else {
         rc = move_to(r, GVM_LOC_HOST, how);
     }
-    if (rc == CUDA_SUCCESS || released) {
-        GVM_STORE(r->flags, r->flags | GVM_RF_PAUSED);
-        GVM_STORE(r->paused_loc, where >= 0 ? where : r->home);
-        gvm_stat_inc(pauses);
-    }
+    if (rc == CUDA_SUCCESS || released) paused_at(r, where);
     return rc;
 }
 
@@ -249,6 +259,57 @@ static void give_back(struct gvm_region *r, int loc, unsigned how, CUresult rc)
     gvm_move_leave(r);
     if (rc == CUDA_SUCCESS) moved(r, loc, how);
     pthread_mutex_unlock(&r->op);
+}
+
+int gvm_relocate_pause_batch(struct gvm_region *const *r, int n, CUresult *rc, size_t *before, size_t *after,
+                             int ndev)
+{
+    const unsigned how = GVM_RELOC_PAUSE;
+    struct gvm_move_req *req = calloc((size_t)(n > 0 ? n : 1), sizeof *req);
+    int *where = calloc((size_t)(n > 0 ? n : 1), sizeof *where), m = 0;
+    for (int i = 0; i < n; i++) rc[i] = GVM_RELOCATE_SKIPPED;
+    if (!req || !where) {
+        free(req);
+        free(where);
+        return 0;
+    }
+    /* Only the first lock may wait (as in a swap): a region another thread
+     * holds or uses is left to the caller, and no two movers wait on each
+     * other. A region whose copy is on a shelf pauses on its own. */
+    for (int i = 0; i < n; i++) {
+        if (!take(r[i], GVM_LOC_HOST, how, m > 0)) continue;
+        if (r[i]->shelf) {
+            give_back(r[i], GVM_LOC_HOST, how, CUDA_ERROR_NOT_READY);
+            continue;
+        }
+        where[m] = gvm_region_location(r[i]);
+        bytes_by_device(r[i], before + (size_t)i * (size_t)ndev, ndev);
+        req[m++] = (struct gvm_move_req){r[i], GVM_LOC_HOST, reason(how), CUDA_SUCCESS};
+    }
+    /* One wait, once every region is held: a launch reaching one of them
+     * is then queued already or waits for the batch (core/move.h). */
+    CUresult waited = m ? gvm_topo_quiesce() : CUDA_SUCCESS;
+    if (waited == CUDA_SUCCESS && m) {
+        CUstreamCaptureMode mode = gvm_capture_relax();
+        gvm_move_lanes(req, m, NULL, 0);
+        gvm_capture_restore(mode);
+    }
+    int done = 0;
+    for (int j = 0, i = 0; j < m; j++) {
+        struct gvm_region *x = req[j].r;
+        while (r[i] != x) i++;
+        rc[i] = waited != CUDA_SUCCESS ? waited : req[j].rc;
+        if (rc[i] == CUDA_SUCCESS) {
+            paused_at(x, where[j]);
+            done++;
+        }
+        bytes_by_device(x, after + (size_t)i * (size_t)ndev, ndev);
+        give_back(x, GVM_LOC_HOST, how, rc[i]);
+    }
+    gvm_slab_reap_skipped();
+    free(req);
+    free(where);
+    return done;
 }
 
 /* The lazy halves of a swap: regions leaving unmapped, and `in` when it

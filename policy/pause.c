@@ -203,11 +203,54 @@ static CUresult move_one(struct gvm_region *r, int loc, unsigned how, gvm_pause_
     return rc;
 }
 
+/* A pause to host, copies mapped: the regions gvm_relocate_pause_batch
+ * could take move as one batch (one wait for the devices); the rest stay
+ * in l for move_all, in order. The first failure, CUDA_SUCCESS if none. */
+static CUresult pause_batch(struct list *l, gvm_pause_result *out)
+{
+    int n = l->n < INT32_MAX ? (int)l->n : INT32_MAX, nd = ndev();
+    CUresult *rcs = calloc((size_t)n + 1, sizeof *rcs), first = CUDA_SUCCESS;
+    size_t *before = calloc((size_t)n * (size_t)nd + 1, sizeof *before);
+    size_t *after = calloc((size_t)n * (size_t)nd + 1, sizeof *after);
+    if (!rcs || !before || !after || !n) {
+        free(rcs), free(before), free(after);
+        return CUDA_SUCCESS;   /* one at a time, then */
+    }
+    gvm_relocate_pause_batch(l->r, n, rcs, before, after, nd);
+    size_t keep = 0;
+    for (int i = 0; i < n; i++) {
+        CUresult rc = rcs[i];
+        if (rc == GVM_RELOCATE_SKIPPED) {
+            l->r[keep++] = l->r[i];
+            continue;
+        }
+        const size_t *b = before + (size_t)i * (size_t)nd, *a = after + (size_t)i * (size_t)nd;
+        for (int d = 0; d < nd; d++) {
+            size_t moved = b[d] > a[d] ? b[d] - a[d] : 0;
+            out->device_bytes[d] += moved;
+            out->bytes += moved;
+            if (rc != CUDA_SUCCESS) out->stayed += a[d];
+        }
+        if (rc == CUDA_SUCCESS) {
+            out->done++;
+        } else if (!gvm_relocate_refused(rc) && first == CUDA_SUCCESS) {
+            first = rc;
+            say(out, "moving the allocation at %#lx failed (driver error %d)", (unsigned long)GVM_LOAD(l->r[i]->base),
+                (int)rc);
+        }
+    }
+    for (size_t i = (size_t)n; i < l->n; i++) l->r[keep++] = l->r[i];
+    l->n = keep;
+    free(rcs), free(before), free(after);
+    return first;
+}
+
 /* Runs the moves of l, each as its own relocation; stops at the first
  * failure (every region is then as it was, or done: core/relocate.h). */
 static CUresult move_all(struct list *l, int loc, unsigned how, gvm_pause_result *out, bool *shared)
 {
     CUresult rc = CUDA_SUCCESS;
+    if (how == GVM_RELOC_PAUSE && loc == GVM_LOC_HOST) rc = pause_batch(l, out);
     size_t i = 0;
     for (; i < l->n && rc == CUDA_SUCCESS; i++) {
         bool sh = false;

@@ -16,7 +16,10 @@
 #include "policy/settings.h"
 #include "policy/tags.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static struct gvm_config cfg;
@@ -408,6 +411,64 @@ static void a_cold_pause_creates_its_host_memory_at_once(void)
     for (int i = 0; i < 6; i++) CHECK(intact(p[i], sizes[i] & ~(size_t)3, 30 + (uint32_t)i));
 }
 
+/* Many regions: one wait for the devices for the whole pause, not one
+ * per region (core/relocate.h, gvm_relocate_pause_batch). */
+static void a_pause_waits_for_the_devices_once(void)
+{
+    start(no_idle_memory);
+    uintptr_t p[24];
+    for (int i = 0; i < 24; i++) {
+        p[i] = palloc(4 * MiB);
+        fill(p[i], 4 * MiB, 40 + (uint32_t)i);
+    }
+    simcuda_reset_counts();
+    CHECK_EQ(gvm_pause(NULL, 0), GVM_OK);
+    CHECK(simcuda_calls_of("cuCtxSynchronize") <= 2 * 2);   /* two devices, a wait each, and a trim's */
+    for (int i = 0; i < 24; i++) CHECK(paused(p[i]) && intact(p[i], 4 * MiB, 40 + (uint32_t)i));
+    CHECK_EQ(gvm_resume(NULL), GVM_OK);
+    for (int i = 0; i < 24; i++) CHECK(where(p[i]) == 0 && intact(p[i], 4 * MiB, 40 + (uint32_t)i));
+}
+
+struct holder {
+    struct gvm_region *r;
+    volatile int held;
+};
+
+static void *hold_a_while(void *arg)
+{
+    struct holder *h = arg;
+    pthread_mutex_lock(&h->r->op);
+    h->held = 1;
+    struct timespec ts = {0, 100 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+    pthread_mutex_unlock(&h->r->op);
+    return NULL;
+}
+
+/* A region another thread holds while the batch takes its regions is
+ * left out of the batch and paused on its own once free. */
+static void a_busy_region_pauses_after_the_batch(void)
+{
+    start(no_idle_memory);
+    uintptr_t p[4];
+    for (int i = 0; i < 4; i++) {
+        p[i] = palloc(4 * MiB);
+        fill(p[i], 4 * MiB, 50 + (uint32_t)i);
+    }
+    struct holder h = {.r = gvm_heap_region(p[2])};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, hold_a_while, &h), 0);
+    while (!h.held) sched_yield();
+    gvm_pause_result res;
+    CHECK_EQ(gvm_pause_report(NULL, 0, &res), GVM_OK);
+    pthread_join(t, NULL);
+    CHECK_EQ(res.done, 4);
+    CHECK_EQ(res.bytes, 16 * MiB);
+    for (int i = 0; i < 4; i++) CHECK(paused(p[i]) && intact(p[i], 4 * MiB, 50 + (uint32_t)i));
+    CHECK_EQ(simcuda_phys_bytes(0), 0);
+    CHECK_EQ(gvm_resume(NULL), GVM_OK);
+}
+
 /* gvmctl migrate's answer in bytes. */
 static void migrate_answers_in_bytes(void)
 {
@@ -439,6 +500,8 @@ static const struct test_case cases[] = {
     TEST_ENTRY(shared_memory_stays_and_the_rest_pauses)
     TEST_ENTRY(a_failure_anywhere_keeps_every_allocation)
     TEST_ENTRY(a_cold_pause_creates_its_host_memory_at_once)
+    TEST_ENTRY(a_pause_waits_for_the_devices_once)
+    TEST_ENTRY(a_busy_region_pauses_after_the_batch)
     TEST_ENTRY(migrate_answers_in_bytes)
 };
 
