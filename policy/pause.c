@@ -203,10 +203,12 @@ static CUresult move_one(struct gvm_region *r, int loc, unsigned how, gvm_pause_
     return rc;
 }
 
-/* A pause to host, copies mapped: the regions gvm_relocate_pause_batch
- * could take move as one batch (one wait for the devices); the rest stay
- * in l for move_all, in order. The first failure, CUDA_SUCCESS if none. */
-static CUresult pause_batch(struct list *l, gvm_pause_result *out)
+/* A pause to host with the copies mapped, or a resume: the regions
+ * gvm_relocate_batch could take move as one batch (one wait for the
+ * devices); the rest stay in l for move_all, in order, with those a
+ * resume found no room for (room is made for each there). The first
+ * failure, CUDA_SUCCESS if none. */
+static CUresult move_batch(struct list *l, unsigned how, gvm_pause_result *out)
 {
     int n = l->n < INT32_MAX ? (int)l->n : INT32_MAX, nd = ndev();
     CUresult *rcs = calloc((size_t)n + 1, sizeof *rcs), first = CUDA_SUCCESS;
@@ -216,20 +218,21 @@ static CUresult pause_batch(struct list *l, gvm_pause_result *out)
         free(rcs), free(before), free(after);
         return CUDA_SUCCESS;   /* one at a time, then */
     }
-    gvm_relocate_pause_batch(l->r, n, rcs, before, after, nd);
+    gvm_relocate_batch(l->r, n, how, rcs, before, after, nd);
+    bool in = how & GVM_RELOC_RESUME;
     size_t keep = 0;
     for (int i = 0; i < n; i++) {
         CUresult rc = rcs[i];
-        if (rc == GVM_RELOCATE_SKIPPED) {
+        if (rc == GVM_RELOCATE_SKIPPED || (in && rc == CUDA_ERROR_OUT_OF_MEMORY)) {
             l->r[keep++] = l->r[i];
             continue;
         }
         const size_t *b = before + (size_t)i * (size_t)nd, *a = after + (size_t)i * (size_t)nd;
         for (int d = 0; d < nd; d++) {
-            size_t moved = b[d] > a[d] ? b[d] - a[d] : 0;
+            size_t moved = in ? (a[d] > b[d] ? a[d] - b[d] : 0) : (b[d] > a[d] ? b[d] - a[d] : 0);
             out->device_bytes[d] += moved;
             out->bytes += moved;
-            if (rc != CUDA_SUCCESS) out->stayed += a[d];
+            if (!in && rc != CUDA_SUCCESS) out->stayed += a[d];
         }
         if (rc == CUDA_SUCCESS) {
             out->done++;
@@ -250,7 +253,7 @@ static CUresult pause_batch(struct list *l, gvm_pause_result *out)
 static CUresult move_all(struct list *l, int loc, unsigned how, gvm_pause_result *out, bool *shared)
 {
     CUresult rc = CUDA_SUCCESS;
-    if (how == GVM_RELOC_PAUSE && loc == GVM_LOC_HOST) rc = pause_batch(l, out);
+    if ((how == GVM_RELOC_PAUSE && loc == GVM_LOC_HOST) || how == GVM_RELOC_RESUME) rc = move_batch(l, how, out);
     size_t i = 0;
     for (; i < l->n && rc == CUDA_SUCCESS; i++) {
         bool sh = false;

@@ -411,8 +411,8 @@ static void a_cold_pause_creates_its_host_memory_at_once(void)
     for (int i = 0; i < 6; i++) CHECK(intact(p[i], sizes[i] & ~(size_t)3, 30 + (uint32_t)i));
 }
 
-/* Many regions: one wait for the devices for the whole pause, not one
- * per region (core/relocate.h, gvm_relocate_pause_batch). */
+/* Many regions: one wait for the devices for the whole pause or resume,
+ * not one per region (core/relocate.h, gvm_relocate_batch). */
 static void a_pause_waits_for_the_devices_once(void)
 {
     start(no_idle_memory);
@@ -425,7 +425,9 @@ static void a_pause_waits_for_the_devices_once(void)
     CHECK_EQ(gvm_pause(NULL, 0), GVM_OK);
     CHECK(simcuda_calls_of("cuCtxSynchronize") <= 2 * 2);   /* two devices, a wait each, and a trim's */
     for (int i = 0; i < 24; i++) CHECK(paused(p[i]) && intact(p[i], 4 * MiB, 40 + (uint32_t)i));
+    simcuda_reset_counts();
     CHECK_EQ(gvm_resume(NULL), GVM_OK);
+    CHECK(simcuda_calls_of("cuCtxSynchronize") <= 2);
     for (int i = 0; i < 24; i++) CHECK(where(p[i]) == 0 && intact(p[i], 4 * MiB, 40 + (uint32_t)i));
 }
 
