@@ -6,6 +6,7 @@
 #include "simcore.h"
 #include "core/capture.h"
 #include "core/held.h"
+#include "core/move.h"
 #include "core/phys.h"
 #include "core/settings.h"
 #include "core/share.h"
@@ -471,6 +472,64 @@ static void a_busy_region_pauses_after_the_batch(void)
     CHECK_EQ(gvm_resume(NULL), GVM_OK);
 }
 
+struct worker {
+    uintptr_t buf[6];
+    volatile int stop;
+    uint32_t last[6];
+    int rounds;
+};
+
+/* The program's side: copies into its buffers (announced, as the hooks
+ * do), allocations and frees, without pause. */
+static void *program_thread(void *arg)
+{
+    struct worker *w = arg;
+    CUcontext ctx = NULL;
+    CHECK_EQ(gvm_drv.cuDevicePrimaryCtxRetain(&ctx, 0), CUDA_SUCCESS);
+    CHECK_EQ(gvm_drv.cuCtxSetCurrent(ctx), CUDA_SUCCESS);
+    uint32_t *host = malloc(MiB);
+    CHECK(host != NULL);
+    for (uint32_t k = 1; !w->stop; k++) {
+        int i = (int)(k % 6);
+        for (size_t j = 0; j < MiB / 4; j++) host[j] = k * 7919u + (uint32_t)j;
+        struct gvm_region *r = gvm_use_begin(w->buf[i]);
+        CHECK_EQ(gvm_drv.cuMemcpyHtoD_v2((CUdeviceptr)w->buf[i], host, MiB), CUDA_SUCCESS);
+        gvm_use_end(r);
+        w->last[i] = k;
+        uintptr_t t = 0;
+        CHECK_EQ(gvm_policy_alloc(k % 2 ? 3 * MiB : 5000, 0, ctx, 0, &t), CUDA_SUCCESS);
+        CHECK_EQ(gvm_policy_free(t), CUDA_SUCCESS);
+        w->rounds++;
+    }
+    free(host);
+    return NULL;
+}
+
+/* Pauses and resumes while the program copies, allocates and frees on
+ * another thread: none waits for the other for ever, and every byte the
+ * program wrote is there. */
+static void pause_and_resume_while_the_program_runs(void)
+{
+    start(no_idle_memory);
+    struct worker w = {0};
+    for (int i = 0; i < 6; i++) w.buf[i] = palloc(i % 2 ? MiB : 2 * MiB);
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, program_thread, &w), 0);
+    for (int round = 0; round < 8; round++) {
+        CHECK_EQ(gvm_pause(NULL, 0), GVM_OK);
+        CHECK_EQ(gvm_resume(NULL), GVM_OK);
+    }
+    w.stop = 1;
+    pthread_join(t, NULL);
+    CHECK(w.rounds > 0);
+    for (int i = 0; i < 6; i++) {
+        if (!w.last[i]) continue;
+        const uint32_t *p = (const uint32_t *)w.buf[i];
+        for (size_t j = 0; j < MiB / 4; j++) CHECK_EQ(p[j], w.last[i] * 7919u + (uint32_t)j);
+        CHECK(!paused(w.buf[i]));
+    }
+}
+
 /* gvmctl migrate's answer in bytes. */
 static void migrate_answers_in_bytes(void)
 {
@@ -504,6 +563,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(a_cold_pause_creates_its_host_memory_at_once)
     TEST_ENTRY(a_pause_waits_for_the_devices_once)
     TEST_ENTRY(a_busy_region_pauses_after_the_batch)
+    TEST_ENTRY(pause_and_resume_while_the_program_runs)
     TEST_ENTRY(migrate_answers_in_bytes)
 };
 
