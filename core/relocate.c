@@ -11,6 +11,7 @@
 #include "core/trace.h"
 #include "core/usemark.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 /* What a move is, as the trace names it. */
@@ -105,6 +106,19 @@ static CUresult discard(struct gvm_region *r, bool *released)
     return CUDA_SUCCESS;
 }
 
+/* A pause's bookkeeping for a region whose memory went to host. */
+static void paused_at(struct gvm_region *r, int where)
+{
+    GVM_STORE(r->flags, r->flags | GVM_RF_PAUSED);
+    GVM_STORE(r->paused_loc, where >= 0 ? where : r->home);
+    gvm_stat_inc(pauses);
+}
+
+static void bytes_by_device(const struct gvm_region *r, size_t *at, int ndev)
+{
+    for (int d = 0; d < ndev; d++) at[d] = gvm_region_bytes_at(r, d);
+}
+
 static CUresult pause(struct gvm_region *r, int loc, unsigned how)
 {
     int where = gvm_region_location(r);
@@ -123,11 +137,7 @@ static CUresult pause(struct gvm_region *r, int loc, unsigned how)
     } else {
         rc = move_to(r, GVM_LOC_HOST, how);
     }
-    if (rc == CUDA_SUCCESS || released) {
-        GVM_STORE(r->flags, r->flags | GVM_RF_PAUSED);
-        GVM_STORE(r->paused_loc, where >= 0 ? where : r->home);
-        gvm_stat_inc(pauses);
-    }
+    if (rc == CUDA_SUCCESS || released) paused_at(r, where);
     return rc;
 }
 
@@ -151,19 +161,23 @@ static CUresult refill(struct gvm_region *r, int dev)
     return rc;
 }
 
+/* A resume's bookkeeping for a region back on device dev. */
+static void resumed_at(struct gvm_region *r, int dev)
+{
+    GVM_STORE(r->flags, r->flags & ~(unsigned)(GVM_RF_PAUSED | GVM_RF_DISCARDED));
+    /* Spilled before the pause, back home now: resident again, so a
+     * victim again when its device runs out of room. */
+    if (dev == GVM_LOAD(r->home)) GVM_STORE(r->spilled_at, 0);
+    gvm_stat_inc(resumes);
+}
+
 static CUresult resume(struct gvm_region *r, unsigned how)
 {
     int dev = gvm_relocate_resume_device(r);
     CUresult rc = (r->flags & GVM_RF_DISCARDED) ? refill(r, dev)
                   : r->shelf                     ? gvm_shelf_take(r, dev, "resume")
                                                  : move_to(r, dev, how);
-    if (rc == CUDA_SUCCESS) {
-        GVM_STORE(r->flags, r->flags & ~(unsigned)(GVM_RF_PAUSED | GVM_RF_DISCARDED));
-        /* Spilled before the pause, back home now: resident again, so a
-         * victim again when its device runs out of room. */
-        if (dev == GVM_LOAD(r->home)) GVM_STORE(r->spilled_at, 0);
-        gvm_stat_inc(resumes);
-    }
+    if (rc == CUDA_SUCCESS) resumed_at(r, dev);
     return rc;
 }
 
@@ -249,6 +263,66 @@ static void give_back(struct gvm_region *r, int loc, unsigned how, CUresult rc)
     gvm_move_leave(r);
     if (rc == CUDA_SUCCESS) moved(r, loc, how);
     pthread_mutex_unlock(&r->op);
+}
+
+/* The destination of r in a batch `how`, or GVM_LOC_NONE when r moves
+ * on its own: a copy on a shelf, a discarded one (refilled, not moved). */
+static int batch_loc(const struct gvm_region *r, unsigned how)
+{
+    if (r->shelf || (r->flags & GVM_RF_DISCARDED)) return GVM_LOC_NONE;
+    return how & GVM_RELOC_RESUME ? gvm_relocate_resume_device(r) : GVM_LOC_HOST;
+}
+
+int gvm_relocate_batch(struct gvm_region *const *r, int n, unsigned how, CUresult *rc, size_t *before,
+                       size_t *after, int ndev)
+{
+    struct gvm_move_req *req = calloc((size_t)(n > 0 ? n : 1), sizeof *req);
+    int *where = calloc((size_t)(n > 0 ? n : 1), sizeof *where), m = 0;
+    for (int i = 0; i < n; i++) rc[i] = GVM_RELOCATE_SKIPPED;
+    if (!req || !where || !(how == GVM_RELOC_PAUSE || how == GVM_RELOC_RESUME)) {
+        free(req);
+        free(where);
+        return 0;
+    }
+    /* Only the first lock may wait (as in a swap): a region another thread
+     * holds or uses is left to the caller, and no two movers wait on each
+     * other. */
+    for (int i = 0; i < n; i++) {
+        if (!take(r[i], GVM_LOC_HOST, how, m > 0)) continue;
+        int loc = batch_loc(r[i], how);
+        if (loc == GVM_LOC_NONE) {
+            give_back(r[i], loc, how, CUDA_ERROR_NOT_READY);
+            continue;
+        }
+        where[m] = how & GVM_RELOC_RESUME ? loc : gvm_region_location(r[i]);
+        bytes_by_device(r[i], before + (size_t)i * (size_t)ndev, ndev);
+        req[m++] = (struct gvm_move_req){r[i], loc, reason(how), CUDA_SUCCESS};
+    }
+    /* One wait, once every region is held: a launch reaching one of them
+     * is then queued already or waits for the batch (core/move.h). */
+    CUresult waited = m ? gvm_topo_quiesce() : CUDA_SUCCESS;
+    if (waited == CUDA_SUCCESS && m) {
+        CUstreamCaptureMode mode = gvm_capture_relax();
+        gvm_move_lanes(req, m, NULL, 0);
+        gvm_capture_restore(mode);
+    }
+    int done = 0;
+    for (int j = 0, i = 0; j < m; j++) {
+        struct gvm_region *x = req[j].r;
+        while (r[i] != x) i++;
+        rc[i] = waited != CUDA_SUCCESS ? waited : req[j].rc;
+        if (rc[i] == CUDA_SUCCESS) {
+            if (how & GVM_RELOC_RESUME) resumed_at(x, where[j]);
+            else paused_at(x, where[j]);
+            done++;
+        }
+        bytes_by_device(x, after + (size_t)i * (size_t)ndev, ndev);
+        give_back(x, req[j].loc, how, rc[i]);
+    }
+    gvm_slab_reap_skipped();
+    free(req);
+    free(where);
+    return done;
 }
 
 /* The lazy halves of a swap: regions leaving unmapped, and `in` when it

@@ -72,6 +72,23 @@ CUresult gvm_relocate_locked(struct gvm_region *r, int loc, unsigned how);
 int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const *out, const int *to, int nout,
                       unsigned out_flags, CUresult *in_rc);
 
+/* Many regions paused to host with their copies mapped (how
+ * GVM_RELOC_PAUSE, to GVM_LOC_HOST), or resumed (GVM_RELOC_RESUME), as
+ * one batch: one wait for the devices once every region is held, then the
+ * moves back to back (gvm_move_lanes), where a move per region waited for
+ * the devices each time and began only after the one before it ended.
+ * Only the first lock may wait (as in a swap): a region another thread
+ * holds or uses, whose state refuses the move, whose copy is on a shelf,
+ * or that was discarded, is skipped (rc[i] GVM_RELOCATE_SKIPPED: move it
+ * with gvm_relocate). Otherwise rc[i] is gvm_relocate's answer for r[i],
+ * and before/after (n rows of ndev) its bytes on each device around the
+ * move. A failed move leaves its region as it was (an out-of-memory
+ * resume too: room may be made for it, then gvm_relocate); the others
+ * still move. Returns how many moved. */
+#define GVM_RELOCATE_SKIPPED CUDA_ERROR_NOT_READY
+int gvm_relocate_batch(struct gvm_region *const *r, int n, unsigned how, CUresult *rc, size_t *before,
+                       size_t *after, int ndev);
+
 /* While on (counted: calls nest), spills leave nothing unmapped: those
  * asked to shelve (GVM_RELOC_SHELVE) map their copy on host as others
  * do. For a call whose reach is unknown (a graph's launch, a launch

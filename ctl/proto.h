@@ -28,9 +28,10 @@ enum gvm_ctl_type {
     GVM_CTL_INFO = 3,      /* -> "key value" lines: where the process's bytes are */
     GVM_CTL_STATS = 4,     /* u8 json -> the GVM_STATS summary, live */
     GVM_CTL_SET = 5,       /* "key=value" lines -> applied live, or why not */
-    GVM_CTL_PAUSE = 6,     /* u32 flags, tag (may be empty: every tag) -> done once released */
-    GVM_CTL_RESUME = 7,    /* u32 0, tag -> done once back */
-    GVM_CTL_MIGRATE = 8,   /* i32 location, u8 all, tag -> done once moved */
+    GVM_CTL_PAUSE = 6,     /* u32 flags, tag (may be empty: the whole process) -> done once released; the text
+                              is a reason line, then "key value" lines (preload/control.c) */
+    GVM_CTL_RESUME = 7,    /* u32 0, tag -> done once back; text as for PAUSE */
+    GVM_CTL_MIGRATE = 8,   /* i32 location, u8 all, tag -> done once moved; text as for PAUSE */
     GVM_CTL_TYPES = 32     /* types are 1 .. GVM_CTL_TYPES-1 */
 };
 

@@ -98,16 +98,51 @@ gvm_status gvm_tag_pop(void);
  * memory, so they run at the link's speed. */
 #define GVM_PAUSE_UNMAPPED 2
 
-/* Releases the device memory of every allocation tagged `tag` (NULL: all
- * tagged allocations), keeping every pointer reserved. With GVM_PAUSE_KEEP
- * the contents wait in host memory and stay readable there; with
- * GVM_PAUSE_UNMAPPED they wait in host memory and touching the memory
+/* Releases the device memory of every allocation tagged `tag`, keeping
+ * every pointer reserved. NULL pauses the whole process: every allocation
+ * gvmshim serves on every device (tagged or not, small ones' chunks,
+ * stream-ordered ones), except those placed in host memory already. With
+ * GVM_PAUSE_KEEP the contents wait in host memory, mapped at the same
+ * addresses: kernels and copies keep reading and writing them there (at
+ * the link's speed) until the resume, so a running program keeps working.
+ * With GVM_PAUSE_UNMAPPED they wait in host memory and touching the memory
  * faults; with GVM_PAUSE_DISCARD nothing is kept and touching the memory
- * faults. */
+ * faults (refused without a tag: GVM_ERR_INVALID). Every pause also gives
+ * gvmshim's idle device memory (freed allocations kept for reuse, empty
+ * chunks, pooled pieces) back to the driver.
+ *
+ * Lenient, as vLLM's sleep mode: pausing what is paused, resuming what is
+ * not, or naming a tag nothing carries does nothing and returns GVM_OK.
+ * Allocations made while paused are ordinary ones; a resume leaves them
+ * alone. GVM_ERR_BUSY: a stream capture is open (nothing was done), or
+ * some of the memory is shared with other processes (CUDA IPC), which
+ * stays on its device while the rest is paused. */
 gvm_status gvm_pause(const char *tag, int flags);
 
-/* Brings paused allocations back onto their devices, in place. */
+/* Brings paused allocations back onto their devices, in place (NULL:
+ * every paused allocation). */
 gvm_status gvm_resume(const char *tag);
+
+/* What a pause, resume or gvmctl migrate did, in bytes. */
+#define GVM_REPORT_DEVICES 64
+typedef struct gvm_pause_result {
+    int matched;                 /* live allocations' regions the request named (a chunk of small ones counts once) */
+    int done;                    /* of those, moved (paused, resumed, migrated) by this call */
+    int already;                 /* of those, in the asked-for state already (paused for a pause...) */
+    size_t bytes;                /* bytes moved (discarded, for GVM_PAUSE_DISCARD) */
+    size_t device_bytes[GVM_REPORT_DEVICES]; /* of those, per device: leaving it (pause, migrate) or arriving (resume) */
+    size_t released;             /* device bytes gvmshim gave back to the driver (moved memory, caches, pools) */
+    size_t stayed;               /* bytes of named allocations left on a device (shared, or a failure) */
+    size_t stayed_shared;        /* of those, shared with other processes (CUDA IPC) */
+    double seconds;              /* time the call took */
+    double gbps;                 /* bytes / seconds, in 10^9 bytes per second */
+    int to;                      /* pause: GVM_HOST or GVM_NOWHERE (discarded); resume: GVM_MIXED (each to its device); migrate: the destination */
+    char reason[224];            /* why nothing or not everything was done ("" when all went), one line */
+} gvm_pause_result;
+
+/* gvm_pause / gvm_resume, filling *out (never NULL) with what they did. */
+gvm_status gvm_pause_report(const char *tag, int flags, gvm_pause_result *out);
+gvm_status gvm_resume_report(const char *tag, gvm_pause_result *out);
 
 #ifdef __cplusplus
 }

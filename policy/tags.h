@@ -22,4 +22,8 @@ void gvm_tags_after_fork(void);
  * were left in place (paused, or shared with other processes). */
 int gvm_policy_migrate_tag(const char *tag, int loc);
 
+/* The same, with what it did (the bytes that reached loc, what stayed). */
+struct gvm_pause_result;
+int gvm_policy_migrate_report(const char *tag, int loc, struct gvm_pause_result *out);
+
 #endif

@@ -127,6 +127,29 @@ static bool tag_of(const uint8_t *p, uint32_t n, uint32_t skip, char *tag, size_
     return strlen(tag) == n - skip;   /* no NUL inside */
 }
 
+/* The answer of a pause, resume or migrate: its first line says why
+ * nothing or not everything was done ("" when all went), then "key value"
+ * lines in bytes (gvmctl words them). */
+static void reply_report(int fd, uint8_t type, gvm_status st, const gvm_pause_result *res)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) {
+        reply_str(fd, type, st, st ? gvm_strerror(st) : "");
+        return;
+    }
+    fprintf(f, "%s\n", res->reason[0] ? res->reason : st ? gvm_strerror(st) : "");
+    fprintf(f, "matched %d\ndone %d\nalready %d\nbytes %zu\n", res->matched, res->done, res->already, res->bytes);
+    for (int d = 0; d < GVM_REPORT_DEVICES; d++)
+        if (res->device_bytes[d]) fprintf(f, "device %d %zu\n", d, res->device_bytes[d]);
+    fprintf(f, "released %zu\nstayed %zu\nshared %zu\nseconds %.6f\nto %d\n", res->released, res->stayed,
+            res->stayed_shared, res->seconds, res->to);
+    fclose(f);
+    reply(fd, type, st, text, len);
+    free(text);
+}
+
 static void pause_resume(int fd, uint8_t type, const uint8_t *p, uint32_t n)
 {
     char tag[GVM_CTL_MSG_MAX];
@@ -134,9 +157,10 @@ static void pause_resume(int fd, uint8_t type, const uint8_t *p, uint32_t n)
         reply_str(fd, type, GVM_ERR_INVALID, "malformed request");
         return;
     }
-    gvm_status st = type == GVM_CTL_PAUSE ? gvm_pause(tag[0] ? tag : NULL, (int)gvm_get_u32(p))
-                                          : gvm_resume(tag[0] ? tag : NULL);
-    reply_str(fd, type, st, st ? gvm_strerror(st) : type == GVM_CTL_PAUSE ? "paused" : "resumed");
+    gvm_pause_result res;
+    gvm_status st = type == GVM_CTL_PAUSE ? gvm_pause_report(tag[0] ? tag : NULL, (int)gvm_get_u32(p), &res)
+                                          : gvm_resume_report(tag[0] ? tag : NULL, &res);
+    reply_report(fd, type, st, &res);
 }
 
 static void migrate(int fd, const uint8_t *p, uint32_t n)
@@ -146,8 +170,9 @@ static void migrate(int fd, const uint8_t *p, uint32_t n)
         reply_str(fd, GVM_CTL_MIGRATE, GVM_ERR_INVALID, "malformed request");
         return;
     }
-    gvm_status st = gvm_policy_migrate_tag(p[4] ? NULL : tag, (int)(int32_t)gvm_get_u32(p));
-    reply_str(fd, GVM_CTL_MIGRATE, st, st ? gvm_strerror(st) : "moved");
+    gvm_pause_result res;
+    gvm_status st = gvm_policy_migrate_report(p[4] ? NULL : tag, (int)(int32_t)gvm_get_u32(p), &res);
+    reply_report(fd, GVM_CTL_MIGRATE, st, &res);
 }
 
 /* "key=value" lines, applied together or not at all (policy/set.h). */

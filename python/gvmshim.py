@@ -126,10 +126,10 @@ def tag(name):
 
 
 def pause(name=None, discard=False, unmapped=False):
-    """Releases the device memory of `name`'s allocations (None: every tagged
-    one); the contents wait in host memory (readable there, or with
-    unmapped=True mapped nowhere: faster, and touching them faults), or with
-    discard=True are dropped."""
+    """Releases the device memory of `name`'s allocations (None: every
+    allocation of the process); the contents wait in host memory (readable
+    there, or with unmapped=True mapped nowhere: faster, and touching them
+    faults), or with discard=True (a name only) are dropped."""
     flags = (PAUSE_DISCARD if discard else PAUSE_KEEP) | (PAUSE_UNMAPPED if unmapped else 0)
     _check(_api().gvm_pause(name.encode() if name else None, flags), "gvm_pause")
 

@@ -55,13 +55,21 @@ static const char *const manual =
     "              nothing changes. Raising it lets promotion bring spilled\n"
     "              memory back.\n"
     "@LIVE@"
-    "    pause     gvm_pause from outside: moves TAG's memory (every tagged\n"
-    "              allocation without TAG) to host memory, or with --discard\n"
-    "              releases it without a copy; with --unmapped the copy in host\n"
+    "    pause     gvm_pause from outside: moves TAG's memory, or without TAG\n"
+    "              every allocation of the process, to host memory, where\n"
+    "              kernels and copies keep reading and writing it (the program\n"
+    "              keeps running), and gives gvmshim's idle device memory back\n"
+    "              to the driver. With --discard (TAG only) it releases TAG's\n"
+    "              memory without a copy; with --unmapped the copy in host\n"
     "              memory is not mapped at the allocations' addresses (faster;\n"
     "              touching paused memory faults). Returns once the device\n"
-    "              memory is released. Pointers stay valid.\n"
-    "    resume    gvm_resume from outside; returns once the memory is back\n"
+    "              memory is released, saying how many bytes moved, how fast,\n"
+    "              and how many went back to the driver. Pointers stay valid.\n"
+    "              Memory shared with other processes (CUDA IPC) stays, and\n"
+    "              the exit status says so; during a stream capture nothing\n"
+    "              is done. Pausing what is paused does nothing.\n"
+    "    resume    gvm_resume from outside; returns once the memory is back.\n"
+    "              Allocations made while paused are left as they are.\n"
     "    migrate   gvm_migrate of every allocation of TAG (--all: every\n"
     "              allocation) to device DEVICE or to host memory; returns\n"
     "              once moved. Allocations another process maps (CUDA IPC)\n"
@@ -80,7 +88,8 @@ static const char *const manual =
     "EXIT STATUS\n"
     "    0 on success; 1 when the process cannot be reached or refuses (no such\n"
     "    process, not under gvmshim, another user's process, a failed\n"
-    "    operation); 2 on a usage error.\n";
+    "    operation, memory that stayed, a TAG no allocation carries); 2 on a\n"
+    "    usage error.\n";
 
 /* The manual, with the options that can change live from the option table
  * in place of @LIVE@. */
@@ -441,6 +450,125 @@ static int cmd_stats(int argc, char **argv)
     return one(argv[0], GVM_CTL_STATS, &j, 1, true);
 }
 
+/* ---- pause, resume, migrate: answers in bytes ---------------------------- */
+
+/* A reply of pause, resume or migrate (preload/control.c): a reason line,
+ * then "key value" lines. */
+struct report {
+    char reason[512];
+    bool parsed;                 /* the key lines were there */
+    int matched, done, already, to;
+    unsigned long long bytes, released, stayed, shared;
+    unsigned long long dev[MAX_DEV];
+    double seconds;
+};
+
+static void parse_report(char *text, struct report *r)
+{
+    memset(r, 0, sizeof *r);
+    char *nl = strchr(text, '\n');
+    size_t n = nl ? (size_t)(nl - text) : strlen(text);
+    snprintf(r->reason, sizeof r->reason, "%.*s", (int)n, text);
+    for (char *line = nl ? strtok(nl + 1, "\n") : NULL; line; line = strtok(NULL, "\n")) {
+        int d;
+        unsigned long long v;
+        if (sscanf(line, "matched %d", &r->matched) == 1) r->parsed = true;
+        else if (sscanf(line, "device %d %llu", &d, &v) == 2 && d >= 0 && d < MAX_DEV) r->dev[d] = v;
+        else if (sscanf(line, "done %d", &r->done) == 1 || sscanf(line, "already %d", &r->already) == 1 ||
+                 sscanf(line, "bytes %llu", &r->bytes) == 1 || sscanf(line, "released %llu", &r->released) == 1 ||
+                 sscanf(line, "stayed %llu", &r->stayed) == 1 || sscanf(line, "shared %llu", &r->shared) == 1 ||
+                 sscanf(line, "seconds %lf", &r->seconds) == 1 || sscanf(line, "to %d", &r->to) == 1)
+            continue;
+    }
+}
+
+/* Bytes in binary units, one decimal: "10.9 GiB". */
+static void bytes_text(unsigned long long b, char *out, size_t cap)
+{
+    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)b;
+    int u = 0;
+    while (v >= 1024 && u < 4) v /= 1024, u++;
+    snprintf(out, cap, u ? "%.1f %s" : "%.0f %s", v, units[u]);
+}
+
+enum verb { V_PAUSE, V_RESUME, V_MIGRATE };
+
+/* "paused 10.9 GiB (device 0: 10.9 GiB to host) in 2.31 s, 4.7 GB/s;
+ * released 11.2 GiB to the driver" */
+static void print_report(const struct report *r, enum verb v, bool unmapped, const char *dest)
+{
+    static const char *const verbs[] = {"paused", "resumed", "moved"};
+    char b[32];
+    bytes_text(r->bytes, b, sizeof b);
+    printf("%s %s", verbs[v], b);
+    if (v == V_MIGRATE) printf(" to %s", dest);
+    const char *how = v == V_RESUME ? "back"
+                      : v == V_MIGRATE ? (r->to >= 0 ? "arrived" : "left")
+                      : r->to == -3    ? "discarded"
+                      : unmapped       ? "to host, unmapped"
+                                       : "to host";
+    bool first = true;
+    for (int d = 0; d < MAX_DEV; d++) {
+        if (!r->dev[d]) continue;
+        bytes_text(r->dev[d], b, sizeof b);
+        printf("%sdevice %d: %s %s", first ? " (" : ", ", d, b, how);
+        first = false;
+    }
+    printf("%s in %.2f s", first ? "" : ")", r->seconds);
+    if (r->seconds > 0 && r->bytes) printf(", %.1f GB/s", (double)r->bytes / r->seconds / 1e9);
+    if (v != V_RESUME) {
+        bytes_text(r->released, b, sizeof b);
+        printf("; released %s to the driver", b);
+    }
+    printf("\n");
+}
+
+/* Says what a pause, resume or migrate did; the exit status: 1 when it
+ * failed, left memory behind, or named a tag nothing carries. */
+static int answer(int pid, int status, char *text, enum verb v, bool named, bool unmapped, const char *dest)
+{
+    static const char *const nouns[] = {"pause", "resume", "move"};
+    struct report r;
+    parse_report(text, &r);
+    if (!r.parsed) {   /* a process of an older gvmshim: a status and a word */
+        if (status) return fail("process %d: %s", pid, text);
+        printf("%s\n", v == V_PAUSE ? "paused" : v == V_RESUME ? "resumed" : "moved");
+        return 0;
+    }
+    if (r.done || r.bytes) print_report(&r, v, unmapped, dest);
+    if (status) {
+        if (r.stayed && !strstr(r.reason, "stay")) {
+            char b[32];
+            bytes_text(r.stayed, b, sizeof b);
+            return fail("process %d: %s; %s stayed on the devices", pid, r.reason, b);
+        }
+        return fail("process %d: %s", pid, r.reason);
+    }
+    if (r.done || r.bytes) return 0;
+    /* Nothing done: fine when all was as asked already, an error when the
+     * request named nothing. */
+    if (named && !r.matched) return fail("process %d: nothing to %s: %s", pid, nouns[v], r.reason);
+    printf("nothing to %s: %s", nouns[v], r.reason);
+    if (v == V_PAUSE && r.released) {
+        char b[32];
+        bytes_text(r.released, b, sizeof b);
+        printf("; released %s to the driver", b);
+    }
+    printf("\n");
+    return 0;
+}
+
+/* One request whose reply is a report (the process's answer text kept on
+ * failure too). */
+static int report_request(const char *pid_text, uint8_t type, const void *p, size_t n, int *pid, char **text,
+                          int *status)
+{
+    uint64_t ep = 0;
+    if (parse_pid(pid_text, pid) || find_pid(*pid, &ep)) return 1;
+    return request(ep, *pid, type, p, n, text, status);
+}
+
 static int cmd_pause_resume(int argc, char **argv, bool pause)
 {
     const char *tag = "";
@@ -456,11 +584,16 @@ static int cmd_pause_resume(int argc, char **argv, bool pause)
     size_t tl = strlen(tag);
     if (tl > 200) return fail("tag too long: '%.20s...'", tag);
     if (discard && unmapped) return fail("--discard and --unmapped exclude each other");
+    if (discard && !tl)
+        return fail("--discard needs a TAG: the whole process's memory would come back zeroed (pause without "
+                    "--discard keeps a copy)");
     gvm_put_u32(p, (discard ? 1u : 0u) | (unmapped ? 2u : 0u));
     memcpy(p + 4, tag, tl);
-    int rc = one(argv[0], pause ? GVM_CTL_PAUSE : GVM_CTL_RESUME, p, 4 + tl, false);
-    if (!rc) printf("%s %s%s%s\n", pause ? "paused" : "resumed", tag[0] ? "tag " : "every tag", tag,
-                    discard ? " (discarded)" : unmapped ? " (unmapped)" : "");
+    int pid = 0, status = 0;
+    char *text = NULL;
+    if (report_request(argv[0], pause ? GVM_CTL_PAUSE : GVM_CTL_RESUME, p, 4 + tl, &pid, &text, &status)) return 1;
+    int rc = answer(pid, status, text, pause ? V_PAUSE : V_RESUME, tl > 0, unmapped, NULL);
+    free(text);
     return rc;
 }
 
@@ -485,8 +618,13 @@ static int cmd_migrate(int argc, char **argv)
     gvm_put_u32(p, (uint32_t)(int32_t)loc);
     p[4] = all;
     memcpy(p + 5, tag, tl);
-    int rc = one(argv[0], GVM_CTL_MIGRATE, p, 5 + tl, false);
-    if (!rc) printf("moved %s%s to %s\n", all ? "every allocation" : "tag ", tag, argv[2]);
+    int pid = 0, status = 0;
+    char *text = NULL;
+    char dest[32];
+    snprintf(dest, sizeof dest, loc < 0 ? "host" : "device %ld", loc);
+    if (report_request(argv[0], GVM_CTL_MIGRATE, p, 5 + tl, &pid, &text, &status)) return 1;
+    int rc = answer(pid, status, text, V_MIGRATE, !all, false, dest);
+    free(text);
     return rc;
 }
 

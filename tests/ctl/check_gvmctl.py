@@ -5,6 +5,7 @@ with the simulated driver:
 """
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -124,8 +125,32 @@ try:
     ctl("resume", pid, "weights")
     check(ask("where") == "0", "resumed home")
     check(ask("check") == "ok", "data intact after pause and resume")
+
+    # The whole process, as an unmodified program has no tags: every
+    # allocation to host, the device given back, the answer in bytes.
+    out = ctl("pause", pid).stdout
+    check(re.fullmatch(r"paused 48\.0 MiB \(device 0: 48\.0 MiB to host\) in \d+\.\d\d s, \d+\.\d GB/s; "
+                       r"released \d+\.\d MiB to the driver\n", out), "a whole-process pause answers in bytes: %r" % out)
+    dev0 = dev0_now()
+    check(dev0["held"] == 0 and dev0["on_host"] == 48 << 20, "every device byte released: %s" % dev0)
+    check(ask("check") == "ok", "copies read paused memory")
+    out = ctl("pause", pid).stdout
+    check(out == "nothing to pause: every allocation is paused already\n",
+          "a repeated pause says so: %r" % out)
+    err = ctl("pause", pid, "nosuchtag", expect=1).stderr
+    check(err == "gvmctl: process %d: nothing to pause: no allocation is tagged nosuchtag\n" % pid,
+          "a tag nothing carries: %r" % err)
+    err = ctl("pause", pid, "--discard", expect=1).stderr
+    check("--discard needs a TAG" in err, "discarding the whole process is refused: %r" % err)
+    out = ctl("resume", pid).stdout
+    check(re.fullmatch(r"resumed 48\.0 MiB \(device 0: 48\.0 MiB back\) in \d+\.\d\d s, \d+\.\d GB/s\n",
+                       out), "a whole-process resume answers in bytes: %r" % out)
+    check(ask("where") == "0" and ask("check") == "ok" and dev0_now()["on_host"] == 0, "all back, intact")
+    out = ctl("resume", pid).stdout
+    check(out == "nothing to resume: no allocation is paused\n", "a repeated resume says so: %r" % out)
+
     out = ctl("pause", pid, "weights", "--unmapped").stdout
-    check("(unmapped)" in out, "an unmapped pause says so: %s" % out)
+    check("to host, unmapped)" in out, "an unmapped pause says so: %s" % out)
     check(ask("where") == "-1", "the tag's copy waits on the host")
     dev0 = [p for p in json.loads(ctl("list", "--json").stdout) if p["pid"] == pid][0]["devices"][0]
     check(dev0["held"] <= held_before - (24 << 20) and dev0["on_host"] >= 24 << 20,
@@ -139,7 +164,9 @@ try:
     check(ask("check") == "zero", "discarded memory comes back zeroed")
 
     # migrate by tag, then everything, and back; data intact.
-    check("moved" in ctl("migrate", pid, "weights", "host").stdout, "migrate says so")
+    out = ctl("migrate", pid, "weights", "host").stdout
+    check(re.fullmatch(r"moved 24\.0 MiB to host \(device 0: 24\.0 MiB left\) in \d+\.\d\d s, \d+\.\d GB/s; "
+                       r"released \d+\.\d MiB to the driver\n", out), "migrate answers in bytes: %r" % out)
     check(ask("where") == "-1", "the tag moved to host")
     ctl("migrate", pid, "--all", 1)
     check(ask("where") == "1", "every allocation moved to device 1")

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """The parent side of the gpu tests that steer or trace a running job
-(test_gvmctl_pause.py, test_gvmctl_live.py, test_gvmplot.py) without a
+(test_gvmctl_pause.py, test_gvmctl_pause_process.py, test_gvmctl_live.py,
+test_gvmplot.py) without a
 GPU: their cases run unchanged against fake jobs on the simulated driver,
 so LiveChild, the gvmctl calls, the memory arithmetic and the trace checks
 are exercised by the cpu suite, not only on the rare machine with a GPU. A
@@ -23,6 +24,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import gvmtest as gt  # noqa: E402
 import test_gvmctl_live as live  # noqa: E402
 import test_gvmctl_pause as pause  # noqa: E402
+import test_gvmctl_pause_process as whole  # noqa: E402
 import test_gvmplot as plot  # noqa: E402
 
 MiB = gt.MiB
@@ -147,12 +149,64 @@ def fake_spill_job(args):
     return {"losses": losses, "pid": os.getpid(), "max_allocated": len(bufs) * size}
 
 
+def fake_baseline(args):
+    """test_gvmctl_pause_process's process that allocated nothing."""
+    return {"nvml": CONTEXT, "nvml_missing": None, "allocated": 0, "reserved": 0}
+
+
+def fake_losses(step, ok):
+    return float(step if ok else -1).hex()
+
+
+def fake_steps(sim, bufs, size, step):
+    for b in bufs:
+        sim.fill(b, step % 251 + 1, size)
+    return fake_losses(step, all(sim.read(b, 4096) == bytes([step % 251 + 1]) * 4096 for b in bufs))
+
+
+def fake_reference(args):
+    return {"losses": [fake_losses(step, True) for step in range(args["steps"])]}
+
+
+def fake_steady_job(args):
+    """test_gvmctl_pause_process's job: untagged buffers written every
+    step until told to stop; answers measures while it runs."""
+    import json
+    import threading
+    sim = Sim()
+    size = 8 * MiB
+    bufs = [sim.alloc(size) for _ in range(4)]
+    losses, done, lock = [], threading.Event(), threading.Lock()
+
+    def say(line):
+        with lock:
+            print(line)
+            sys.stdout.flush()
+
+    def serve():
+        for line in sys.stdin:
+            if line.strip() == "go":
+                break
+            if line.strip() == "measure":
+                say("MEASURE " + json.dumps({"nvml": sim.nvml(), "nvml_missing": None, "steps": len(losses)}))
+        done.set()
+
+    for _ in range(3):
+        losses.append(fake_steps(sim, bufs, size, len(losses)))
+    say("AT running {}")
+    threading.Thread(target=serve, daemon=True).start()
+    while not done.is_set():
+        losses.append(fake_steps(sim, bufs, size, len(losses)))
+    return {"losses": losses}
+
+
 def fake_train(args):
     # test_gvmctl_live and test_gvmplot both call their job "train".
     return fake_spill_job(args) if "layers" in args else fake_train_job(args)
 
 
-HANDLERS = {"job": fake_pause_job, "train": fake_train}
+HANDLERS = {"job": fake_pause_job, "train": fake_train, "baseline": fake_baseline, "reference": fake_reference,
+            "steady": fake_steady_job}
 
 
 def main():
@@ -160,7 +214,7 @@ def main():
         return 0
     # The cases start their children as `script --child ...` of their own
     # module: make that this script, whose handlers are the fakes.
-    for module in (pause, live, plot):
+    for module in (pause, whole, live, plot):
         module.__file__ = os.path.abspath(__file__)
     try:
         gt.shim_lib()
@@ -172,6 +226,7 @@ def main():
     r = gt.Runner("parents")
     for name, fn in (("pause_keep", pause.case_pause()), ("pause_unmapped", pause.case_pause("--unmapped")),
                      ("pause_discard", pause.case_pause("--discard")),
+                     ("whole_process", whole.case_whole_process),
                      ("spill_trace", plot.case_spill_trace), ("lower_then_raise", live.case_lower_then_raise)):
         r.run(name, fn)
         r.all_skip = None   # a skip says "nothing here runs" of its own test script only
