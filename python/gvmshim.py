@@ -8,12 +8,15 @@
             model = build_model()
         gvmshim.pause("weights")
         gvmshim.resume("weights")
+        with gvmshim.tag(""):          # untagged, inside a tagged block too
+            buffers = make_buffers()
 
 The functions are looked up in the running process (ctypes.CDLL(None)),
 so nothing is loaded that the preload did not already load.
 """
 import ctypes
 import contextlib
+import os
 
 HOST = -1
 MIXED = -2
@@ -126,13 +129,31 @@ def tag(name):
 
 
 def pause(name=None, discard=False, unmapped=False):
-    """Releases the device memory of `name`'s allocations (None: every tagged
-    one); the contents wait in host memory (readable there, or with
-    unmapped=True mapped nowhere: faster, and touching them faults), or with
-    discard=True are dropped."""
+    """Releases the device memory of `name`'s allocations (None: the whole
+    process's, as gvm_pause(NULL) takes them); the contents wait in host
+    memory (readable there, or with unmapped=True mapped nowhere: faster,
+    and touching them faults), or with discard=True are dropped."""
     flags = (PAUSE_DISCARD if discard else PAUSE_KEEP) | (PAUSE_UNMAPPED if unmapped else 0)
     _check(_api().gvm_pause(name.encode() if name else None, flags), "gvm_pause")
 
 
 def resume(name=None):
+    """Brings `name`'s paused allocations back (None: every paused one)."""
     _check(_api().gvm_resume(name.encode() if name else None), "gvm_resume")
+
+
+def library_path():
+    """The path of the libgvmshim.so this process runs under (what a child
+    needs on LD_PRELOAD), or None when it runs under none."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                fields = line.split(None, 5)
+                if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith("libgvmshim.so"):
+                    return fields[5].strip()
+    except OSError:
+        pass
+    for entry in os.environ.get("LD_PRELOAD", "").replace(" ", ":").split(":"):
+        if os.path.basename(entry).startswith("libgvmshim.so"):
+            return entry
+    return None
