@@ -43,16 +43,25 @@ What each call does here:
 import contextlib
 import logging
 import os
+import sys
 import threading
 
-import gvmshim
+# The directory this package lies in: python/ of the source tree (beside
+# gvmshim.py), or gvmshim_tms/ inside the site-packages gvmshim.py was
+# installed into.
+_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+try:
+    import gvmshim
+except ImportError:
+    sys.path.append(os.path.dirname(_HERE))
+    import gvmshim
 
 __all__ = ["TorchMemorySaver", "torch_memory_saver", "configure_subprocess"]
 
 _log = logging.getLogger(__name__)
-_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 _HOOK_MODES = ("preload", "torch")
-_GVM_ERR_BUSY = -7   # include/gvmshim.h: left in place (shared with another process)
+_GVM_ERR_BUSY = -7       # include/gvmshim.h: left in place (shared with another process)
+_GVM_ERR_INACTIVE = -8   # gvmshim serves no allocation yet: nothing to pause
 
 
 def _env_flag(name, default):
@@ -209,17 +218,29 @@ class TorchMemorySaver:
         unmapped = _env_flag("GVM_TMS_UNMAPPED", False)
         return {"discard": not keep, "unmapped": keep and unmapped}
 
+    @staticmethod
+    def _lenient(what, fn, *args, **kw):
+        """fn(...), except where torch_memory_saver would have nothing to do
+        or gvmshim leaves memory in place on purpose: before gvmshim serves
+        any allocation (nothing to pause), and memory shared with another
+        process (it stays where it is, said once per call). False when
+        gvmshim serves nothing yet."""
+        try:
+            fn(*args, **kw)
+        except gvmshim.GvmError as e:
+            if e.status == _GVM_ERR_INACTIVE:
+                return False
+            if e.status != _GVM_ERR_BUSY:
+                raise
+            _log.warning("torch_memory_saver (gvmshim): %s: some memory is shared with another process and stays "
+                         "in place", what)
+        return True
+
     def _pause_one(self, tag):
         if tag in self._paused:
             return   # paused already: allocations made since stay live
-        try:
-            gvmshim.pause(tag, **self._flags(tag))
-        except gvmshim.GvmError as e:
-            if e.status != _GVM_ERR_BUSY:
-                raise
-            _log.warning("torch_memory_saver (gvmshim): pause(%r): some memory is shared with another "
-                         "process and stays in place", tag)
-        self._paused.add(tag)
+        if self._lenient("pause(%r)" % tag, gvmshim.pause, tag, **self._flags(tag)):
+            self._paused.add(tag)
 
     def pause(self, tag=None):
         if not self._gvm():
@@ -231,18 +252,15 @@ class TorchMemorySaver:
                 self._pause_one(t)
             if tag is None and None not in self._paused:
                 # The rest of the process: its contents are kept.
-                try:
-                    gvmshim.pause(None)
-                except gvmshim.GvmError as e:
-                    if e.status != _GVM_ERR_BUSY:
-                        raise
-                self._paused.add(None)
+                if self._lenient("pause()", gvmshim.pause, None):
+                    self._paused.add(None)
 
     def resume(self, tag=None):
         if not self._gvm():
             return
         with self._lock:
-            gvmshim.resume(tag)   # resumes what is paused only: twice is harmless
+            # Resumes what is paused only: twice is harmless.
+            self._lenient("resume(%r)" % tag, gvmshim.resume, tag)
             if tag is None:
                 self._paused.clear()
             else:

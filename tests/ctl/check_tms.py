@@ -214,6 +214,9 @@ def child_no_torch(c):
     """Without torch: the tags alone, no pool."""
     sys.modules["torch"] = None   # import torch fails, whatever is installed
     from torch_memory_saver import torch_memory_saver as tms
+    tms.pause("weights")   # before gvmshim serves anything: nothing to do, and no error
+    tms.resume("weights")
+    tms.pause("weights")
     with tms.region("weights", enable_cpu_backup=True):
         w = c.alloc(8 * MiB, 8)
     tms.pause("weights")
