@@ -80,8 +80,9 @@ static void init_wake(void)
     pthread_condattr_destroy(&a);
 }
 
-/* Sleeps ms, or less when a device's memory is to come home. */
-static void wait_round(uint64_t ms)
+/* Sleeps ms, or less when a device's memory is to come home (unless
+ * that request waits already: a capture was open). */
+static void wait_round(uint64_t ms, bool early)
 {
     struct timespec until;
     clock_gettime(CLOCK_MONOTONIC, &until);
@@ -89,7 +90,7 @@ static void wait_round(uint64_t ms)
     until.tv_nsec += (long)(ms % 1000) * 1000000L;
     if (until.tv_nsec >= 1000000000L) until.tv_sec++, until.tv_nsec -= 1000000000L;
     pthread_mutex_lock(&wake_lock);
-    while (!__atomic_load_n(&homing, __ATOMIC_ACQUIRE))
+    while (!early || !__atomic_load_n(&homing, __ATOMIC_ACQUIRE))
         if (pthread_cond_timedwait(&wake, &wake_lock, &until)) break;   /* timed out */
     pthread_mutex_unlock(&wake_lock);
 }
@@ -103,9 +104,10 @@ static void *promoter(void *arg)
      * unused credit is not saved up past one round, and a move larger than
      * the credit leaves it negative, a debt later rounds pay back. */
     double credit = 0;
+    bool deferred = false;   /* a request to bring memory home waits for a capture to close */
     for (;;) {
         uint64_t ms = gvm_policy_cfg()->promote_interval;
-        wait_round(ms);
+        wait_round(ms, !deferred);
         const struct gvm_config *cfg = gvm_policy_cfg();
         double want = (double)cfg->promote_rate * (double)ms / 1000.0;
         credit = credit + want < want ? credit + want : want;
@@ -113,7 +115,8 @@ static void *promoter(void *arg)
             __atomic_store_n(&homing, 0, __ATOMIC_RELEASE);   /* promotion off: nothing comes home */
             continue;
         }
-        if (gvm_capture_open(-1)) continue;   /* a move would wait for the devices */
+        deferred = gvm_capture_open(-1);
+        if (deferred) continue;   /* a move would wait for the devices */
         uint64_t home = __atomic_exchange_n(&homing, 0, __ATOMIC_ACQ_REL);
         for (int d = 0; d < gvm_topo.ndev && home; d++)
             if ((home >> d & 1) && gvm_topo.dev[d].vmm) bring_home(d);
