@@ -100,9 +100,10 @@ def fmt(ts):
 def case_limit_on_then_removed():
     if not gt.gvmctl_has("set"):
         raise gt.Skip("gvmctl has no 'set' command", everything=True)
-    ref = gt.once("native", lambda: gt.run_child(__file__, "train", {}, shim=False))
+    # "live_limit" names this test's job among the fakes of check_parents.py.
+    ref = gt.once("native-live-limit", lambda: gt.run_child(__file__, "train", {"live_limit": True}, shim=False))
     # Neither spill nor a limit at start: both come with gvmctl set.
-    job = gt.LiveChild(__file__, "train", {"steer": True}, shim=True, env={}, timeout=400,
+    job = gt.LiveChild(__file__, "train", {"steer": True, "live_limit": True}, shim=True, env={}, timeout=400,
                        label="training loop, spill and limit set live (shim)")
     try:
         job.at("before")
