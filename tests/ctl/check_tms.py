@@ -248,6 +248,9 @@ def child_subprocess(c, lib):
     c.check("the library this process runs under is found: %s" % c.gvm.library_path(),
             os.path.realpath(c.gvm.library_path() or "") == os.path.realpath(lib))
     c.check("LD_PRELOAD names it inside configure_subprocess()", inside.split(":")[0] == c.gvm.library_path())
+    from torch_memory_saver.utils import get_binary_path_from_package
+    c.check("slime's get_binary_path_from_package names it",
+            get_binary_path_from_package("torch_memory_saver_hook_mode_preload") == c.gvm.library_path())
     c.check("a child started inside runs under the shim with this drop-in: %s" % " ".join(out),
             len(out) == 3 and out[0] == "True" and os.path.dirname(os.path.dirname(out[1])) == tms_mod._HERE)
     c.check("the environment is restored after", after == env_probe)

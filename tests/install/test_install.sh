@@ -61,5 +61,8 @@ if [ -n "$py" ]; then
         "$tmp"/*/gvmshim_tms/torch_memory_saver/__init__.py) ;;
         *) fail "gvmrun --tms imported $where" ;;
     esac
+    # slime preloads the file of this name beside the package: gvmshim.
+    preload="$(dirname "$(dirname "$where")")/torch_memory_saver_hook_mode_preload.abi3.so"
+    [ "$(readlink -f "$preload")" = "$(readlink -f "$lib")" ] || fail "$preload is not the installed library"
 fi
 echo "1 passed, 0 failed"
