@@ -174,11 +174,10 @@ static void collect(struct used *u, void *fn, void **params, void **extra)
     if (!gvm_shim_active()) return;
     if (!gvm_policy_scans_launches()) {
         /* With tracking off, only linked programs reach these hooks: their
-         * reach is unknown, as before the option. Not scanning for now
-         * (auto, spill off), a launch passes as the driver's own function
-         * did before launch hooks were handed out whatever the spill;
-         * lazily spilled memory left from a spill since turned off is
-         * mapped first. */
+         * reach is unknown. Not scanning for now (auto, spill off), a
+         * launch goes straight to the driver, for one load: the hook is
+         * there so that spill turned on later scans it; lazily spilled
+         * memory left from a spill since turned off is mapped first. */
         if (!gvm_shim_hooks_launches() || __atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED))
             u->partial = true;
         u->unscanned = true;
