@@ -204,8 +204,8 @@ class TorchMemorySaver:
         if torch is None:
             raise RuntimeError("torch_memory_saver.cuda_graph needs torch")
         self._remember(tag, enable_cpu_backup)
-        if pool is None:
-            own = self._pool("region", tag)
+        if pool is None:   # a graph's private pool of its own, under the tag
+            own = self._pool("graph", tag)
             pool = own.id if own is not None else None
         with self._tagged(tag), torch.cuda.graph(cuda_graph, pool=pool, stream=stream,
                                                  capture_error_mode=capture_error_mode):
