@@ -170,6 +170,8 @@ def fake_live_limit_job(args):
         if args.get("steer"):
             gt.barrier(phase, {"allocated": 4 * size})
         times[phase] = [step() for _ in range(live_limit.TRAIN["phases"][phase])]
+    if args.get("steer"):
+        gt.barrier("end", {"allocated": 4 * size})
     return {"losses": losses, "times_ms": times, "allocated": 4 * size}
 
 

@@ -12,7 +12,7 @@ under the shim with neither, then the limit removed; steered with gvmctl:
 
 Checked: every loss of the three phases is bit for bit that of the same
 loop run natively; under the limit the job spilled (stats); after the
-removal the second step, and the median of the steps from it on, are
+removal gvmshim holds the live tensors on the device again, the second step, and the median of the steps from it on, are
 within 10 % of T0 (a limit removed leaves no slowness behind: launches
 scanned since spill went on, spilled memory brought home in the
 background at once). The figures are printed. Exit 77
@@ -69,6 +69,8 @@ def child_train(args):
         if args.get("steer"):
             gt.barrier(phase, {"allocated": torch.cuda.memory_allocated(0)})
         times[phase] = [step() for _ in range(p["phases"][phase])]
+    if args.get("steer"):
+        gt.barrier("end", {"allocated": torch.cuda.memory_allocated(0)})
     return {"losses": losses, "times_ms": times, "allocated": torch.cuda.memory_allocated(0)}
 
 
@@ -118,6 +120,12 @@ def case_limit_on_then_removed():
         job.go()
         at = job.at("after")
         out = set_items(job, "device_limit=none")
+        job.go()
+        at = job.at("end")
+        held = held0(job)
+        print("  at the end: gvmshim holds %s on device 0, live tensors %s" % (mib(held), mib(at["allocated"])))
+        gt.expect(held >= at["allocated"], "gvmshim holds %s on device 0 after the limit was removed, the live "
+                  "tensors are %s: they did not come back" % (mib(held), mib(at["allocated"])))
         job.go()
         got = job.finish()
     finally:
