@@ -86,7 +86,8 @@ const char *gvm_strerror(gvm_status status);
 /* ---- policy API ---------------------------------------------------------- */
 
 /* Tags the allocations this thread makes until the matching pop (a stack;
- * names up to 63 bytes). */
+ * names up to 63 bytes). The empty name "" makes them untagged until its
+ * pop, inside a tagged block too. */
 gvm_status gvm_tag_push(const char *tag);
 gvm_status gvm_tag_pop(void);
 

@@ -23,11 +23,13 @@ static int env_option(const char *name, size_t len)
 }
 
 /* Variables of the same prefix that belong to others: GVM_TEST_* to test
- * harnesses, and the ones Go Version Manager exports in every shell where
+ * harnesses, GVM_TMS_* to the torch_memory_saver drop-in (Python, read by
+ * python/torch_memory_saver), GVM_LIB to gvmrun (the library it preloads,
+ * still in the program's environment), and the ones Go Version Manager exports in every shell where
  * it is sourced (failing every job of its users would help nobody). */
 static bool foreign_env(const char *var)
 {
-    static const char *const names[] = {"GVM_TEST_", "GVM_ROOT=", "GVM_VERSION=",
+    static const char *const names[] = {"GVM_TEST_", "GVM_TMS_", "GVM_LIB=", "GVM_ROOT=", "GVM_VERSION=",
                                         "GVM_OVERLAY_PREFIX=", "GVM_PATH_BACKUP=", "GVM_GO_"};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (!strncmp(var, names[i], strlen(names[i]))) return true;

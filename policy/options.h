@@ -121,8 +121,8 @@
       "with the prefetch and a few without, keep the faster for the next "     \
       "100 steps, then try again (0: prefetch at every step)")                 \
     X(track_launches, track_launches, "auto", start,                           \
-      "scan kernel launch arguments for recency (auto: only when spill is "    \
-      "on)")                                                                   \
+      "scan kernel launch arguments for recency (auto: while spill is on, "    \
+      "set at start or with gvmctl set; off: launches are not even hooked)")   \
     X(control, bool, "1", start,                                               \
       "serve gvmctl: a control socket per process, in a private runtime "      \
       "directory ($XDG_RUNTIME_DIR/gvmshim or /tmp/gvmshim-UID), same user "   \

@@ -19,7 +19,7 @@
 
 CUresult gvm_policy_start(const struct gvm_config *cfg)
 {
-    __atomic_store_n(&gvm_policy.cfg, cfg, __ATOMIC_RELEASE);
+    gvm_policy_publish(cfg);
     /* The limits are the caps core enforces (policy/derive.c). */
     for (int d = 0; d < gvm_topo.ndev; d++) gvm_policy_set_limit(d, gvm_held_cap(d));
     gvm_policy_set_limit(GVM_LOC_HOST, gvm_held_cap(GVM_LOC_HOST));

@@ -3,10 +3,19 @@
 #include "core/held.h"
 #include "core/phys.h"
 #include "core/topo.h"
+#include "policy/derive.h"
 
 #include <stdint.h>
 
 struct gvm_policy gvm_policy;
+
+/* The flag first: a launch that sees the new configuration scans (a
+ * launch scanned a moment early costs only its scan). */
+void gvm_policy_publish(const struct gvm_config *cfg)
+{
+    __atomic_store_n(&gvm_policy.scans_launches, gvm_policy_tracks_launches(cfg), __ATOMIC_RELAXED);
+    __atomic_store_n(&gvm_policy.cfg, cfg, __ATOMIC_RELEASE);
+}
 
 /* On a device, everything gvmshim holds there counts, idle memory too (it
  * occupies the device all the same; the allocation path gives it back

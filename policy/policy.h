@@ -22,6 +22,9 @@ struct gvm_policy {
     size_t limit[GVM_MAX_DEVICES];    /* bytes; the device's size when not limited */
     bool limited[GVM_MAX_DEVICES];
     size_t host_limit;                /* SIZE_MAX: none */
+    /* Whether launches are scanned now (gvm_policy_tracks_launches of cfg):
+     * spill turned on live scans from then on, as if set at start. */
+    bool scans_launches;
 };
 
 extern struct gvm_policy gvm_policy;
@@ -30,6 +33,16 @@ extern struct gvm_policy gvm_policy;
 static inline const struct gvm_config *gvm_policy_cfg(void)
 {
     return __atomic_load_n(&gvm_policy.cfg, __ATOMIC_ACQUIRE);
+}
+
+/* Publishes cfg as the configuration in force, with what follows from
+ * it for every launch (whether it is scanned). */
+void gvm_policy_publish(const struct gvm_config *cfg);
+
+/* Whether launches are scanned for recency now: one load per launch. */
+static inline bool gvm_policy_scans_launches(void)
+{
+    return __atomic_load_n(&gvm_policy.scans_launches, __ATOMIC_RELAXED);
 }
 
 /* Is device d's limit below its capacity? */

@@ -6,7 +6,12 @@
  * reader sees the old configuration or the new one, never a mix. The
  * limits are core's caps (core/held.h), set before the copy is published;
  * a lowered device limit then evicts down to it, and when that fails the
- * old configuration and limits come back. One change at a time. */
+ * old configuration and limits come back; a raised one brings spilled
+ * memory home in the background (policy/promote.h). Whatever follows
+ * from the configuration is as if it had been set at start: launches are
+ * scanned once spill is on (policy/policy.h), so the promoter, the demand
+ * swaps, the learned loop and the prefetch see what the program uses.
+ * One change at a time. */
 #include "policy/set.h"
 
 #include "core/direct.h"
@@ -216,6 +221,21 @@ static int evict_down(const struct limits *to, const struct limits *from, size_t
     return GVM_OK;
 }
 
+/* A device whose limit rose gets its spilled memory back at once, in the
+ * background, as far as the new limit allows: the program's next steps
+ * run as before the limit, rather than each spilled region waiting for a
+ * launch to swap it in (or for promote_rate). Spill off by now or not:
+ * what is away comes home all the same. */
+static void bring_home_raised(const struct gvm_config *next, const struct limits *to, const struct limits *from)
+{
+    if (!next->promote) return;
+    for (int d = 0; d < gvm_topo.ndev; d++) {
+        if (!gvm_topo.dev[d].vmm || to->dev[d] <= from->dev[d]) continue;
+        gvm_promoter_start();
+        gvm_promoter_bring_home(d);
+    }
+}
+
 /* ---- the change --------------------------------------------------------- */
 
 static bool changes(const struct gvm_config *cur, const struct gvm_config *next)
@@ -266,17 +286,18 @@ static int apply(const struct gvm_config *cur, struct gvm_config *next, const st
     published[npublished++] = next;
     *kept = true;
     limits_set(&to);
-    __atomic_store_n(&gvm_policy.cfg, next, __ATOMIC_RELEASE);
+    gvm_policy_publish(next);
     size_t moved[GVM_MAX_DEVICES] = {0};
     st = evict_down(&to, &from, moved, items, n, out);
     if (st) {
         limits_set(&from);
-        __atomic_store_n(&gvm_policy.cfg, cur, __ATOMIC_RELEASE);
+        gvm_policy_publish(cur);
         return st;
     }
     if (next->log != cur->log) gvm_log_set_level((int)next->log);
     gvm_heap_set_cache_idle(next->cache_idle * 1000000u);
     if (next->spill.n && next->promote) gvm_promoter_start();
+    bring_home_raised(next, &to, &from);
     report(cur, next, items, n, moved, out);
     return GVM_OK;
 }

@@ -47,8 +47,12 @@ int gvm_policy_current_tag(void) { return depth ? stack[depth - 1] : 0; }
 
 GVM_EXPORT gvm_status gvm_tag_push(const char *tag)
 {
-    if (!tag || !*tag || strlen(tag) >= TAG_LEN) return GVM_ERR_INVALID;
+    if (!tag || strlen(tag) >= TAG_LEN) return GVM_ERR_INVALID;
     if (depth == STACK_DEPTH) return GVM_ERR_INVALID;
+    if (!*tag) {   /* untagged inside a tagged block: a library's own buffers */
+        stack[depth++] = 0;
+        return GVM_OK;
+    }
     int id = gvm_tag_id(tag, true);
     if (id < 0) return GVM_ERR_NO_MEMORY;
     stack[depth++] = id;

@@ -7,7 +7,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 
-enum which { RESIDENT, SPILLED, UNMAPPED };
+enum which { RESIDENT, SPILLED, SPILLED_ANY, UNMAPPED };
 
 struct gather {
     enum which which;
@@ -26,6 +26,7 @@ static bool qualifies(const struct gvm_region *r, const struct gather *g)
      * only, and the swap would then find the device still full. */
     uint64_t spilled = GVM_LOAD(r->spilled_at);
     if (g->which == RESIDENT) return !spilled && !(flags & (GVM_RF_PAUSED | GVM_RF_PINNED));
+    if (g->which == SPILLED_ANY) return spilled && !(flags & GVM_RF_PAUSED);
     return spilled && !(flags & GVM_RF_PAUSED) && GVM_LOAD(r->last_use) > spilled;
 }
 
@@ -100,6 +101,12 @@ void gvm_victims_resident(int device, struct gvm_victims *out) { resident(device
 void gvm_victims_spilled(int device, struct gvm_victims *out)
 {
     gather(SPILLED, device, out);
+    if (!by_next_use(out, false)) reverse(out->v, out->n);
+}
+
+void gvm_victims_spilled_all(int device, struct gvm_victims *out)
+{
+    gather(SPILLED_ANY, device, out);
     if (!by_next_use(out, false)) reverse(out->v, out->n);
 }
 

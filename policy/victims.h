@@ -33,6 +33,10 @@ void gvm_victims_resident(int device, struct gvm_victims *out);
  * first. */
 void gvm_victims_spilled(int device, struct gvm_victims *out);
 
+/* Every spilled region that belongs on `device`, used since it left or
+ * not, in the same order (for bringing memory home once a limit rises). */
+void gvm_victims_spilled_all(int device, struct gvm_victims *out);
+
 /* Lazily spilled regions (core/shelf.h), on every device, oldest use
  * first. */
 void gvm_victims_unmapped(struct gvm_victims *out);

@@ -1,4 +1,5 @@
-/* Kernel launches, interposed only while the policy needs recency: the
+/* Kernel launches, interposed unless track_launches is off, and scanned
+ * while the configuration in force needs recency (spill on): the
  * launch's arguments are scanned for addresses inside gvmshim regions,
  * which are marked used and announced for the launch call (so a region
  * being moved makes the launch wait, and a move waits for the launch to be
@@ -10,6 +11,7 @@
 #include "core/relocate.h"
 #include "core/usemark.h"
 #include "core/vamap.h"
+#include "policy/policy.h"
 #include "policy/prefetch.h"
 #include "policy/spill.h"
 #include "policy/tags.h"
@@ -81,6 +83,7 @@ struct used {
     /* The launch may reach regions not found (arguments not all scanned):
      * from scan to release it holds the move gate, everything mapped. */
     bool partial;
+    bool unscanned;       /* not scanned (tracking not wanted now): reach unknown to usemark */
     int words;            /* argument words looked at */
     /* From the 9th word on: address-map pages (2 MiB; page + 1, 0: empty)
      * looked up for this launch, direct-mapped. A struct of pointers
@@ -167,10 +170,17 @@ static void collect(struct used *u, void *fn, void **params, void **extra)
     u->n = 0;
     u->words = 0;
     u->partial = false;
+    u->unscanned = false;
     if (!gvm_shim_active()) return;
-    /* Linked programs reach these hooks directly: scan only when asked. */
-    if (!gvm_shim_tracks_launches()) {
-        u->partial = true;
+    if (!gvm_policy_scans_launches()) {
+        /* With tracking off, only linked programs reach these hooks: their
+         * reach is unknown. Not scanning for now (auto, spill off), a
+         * launch goes straight to the driver, for one load: the hook is
+         * there so that spill turned on later scans it; lazily spilled
+         * memory left from a spill since turned off is mapped first. */
+        if (!gvm_shim_hooks_launches() || __atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED))
+            u->partial = true;
+        u->unscanned = true;
         return;
     }
     gvm_stat_local_inc(launches_scanned);
@@ -206,6 +216,7 @@ static void note_uses(const struct used *u, CUresult rc, CUstream s, bool per_th
 {
     if (rc != CUDA_SUCCESS) return;   /* nothing was queued */
     if (u->partial) gvm_usemark_untracked("a launch scanned in part");
+    else if (u->unscanned) gvm_usemark_untracked("a launch not scanned");
     if (!u->n) return;
     if (gvm_capture_open(-1)) {
         /* Captured, it runs at the graph's launch; on another stream, now:

@@ -35,7 +35,7 @@ static int core_state;        /* 0 not started, 1 serving, -1 failed */
 static int core_starting;     /* the core's start has reached the driver */
 static bool forked;           /* this process is a forked child */
 static __thread bool loading; /* this thread is inside the driver's dlopen */
-static bool tracks_launches;  /* decided at load, from the configuration */
+static bool hooks_launches;   /* decided at load, from the configuration */
 
 typedef void *(*dlsym_fn)(void *, const char *);
 extern void *gvm_real_dlsym_ptr;   /* preload/dlsym.c's entry stub reads it */
@@ -88,7 +88,7 @@ void *gvm_shim_real_opt(enum gvm_driver_fn fn)
 /* Read after the configuration without asking for it: the resolvers ask
  * gvm_cfg_disabled first, and a launch hook scans only once the core runs
  * (every launch pays nothing more). */
-bool gvm_shim_tracks_launches(void) { return tracks_launches; }
+bool gvm_shim_hooks_launches(void) { return hooks_launches; }
 
 bool gvm_shim_driver(void)
 {
@@ -200,7 +200,11 @@ static void configure(void)
     if (gvm_cfg.env_ignored)
         gvm_warn("privileged process (setuid, setgid or capabilities): GVM_* variables "
                  "ignored, running with the defaults");
-    tracks_launches = gvm_policy_tracks_launches(&gvm_cfg);
+    /* Spill may be turned on while the program runs (gvmctl set), and
+     * launches resolved before that would never reach a hook: unless
+     * tracking is off for good, every launch gets one, which scans only
+     * while the configuration in force asks for it. */
+    hooks_launches = gvm_cfg.track_launches != GVM_CFG_TRACK_OFF;
     if (gvm_cfg.disable) gvm_core_set_active(false);
     pthread_atfork(NULL, NULL, after_fork_child);
     if (gvm_log_get_level() >= GVM_LOG_DEBUG) gvm_config_dump_lines(&gvm_cfg, log_line, NULL);

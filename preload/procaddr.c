@@ -28,7 +28,7 @@ static const unsigned char is_launch[GVM_FN_COUNT] = {GVM_DRIVER_LAUNCH(LAUNCH_E
 static void *hook_at(int i)
 {
     if (!gvm_hook_table[i]) return NULL;
-    if (is_launch[i] && !gvm_shim_tracks_launches()) return NULL;
+    if (is_launch[i] && !gvm_shim_hooks_launches()) return NULL;
     return gvm_hook_table[i];
 }
 

@@ -49,10 +49,11 @@ bool gvm_shim_serving(void);
 /* True when pointer lookups are worth doing (the core is active). */
 static inline bool gvm_shim_active(void) { return gvm_core_active(); }
 
-/* Launch hooks are handed out only when the configuration asks for recency:
- * decided at load, since programs resolve cuLaunchKernel before their first
- * allocation. */
-bool gvm_shim_tracks_launches(void);
+/* Launch hooks are handed out unless track_launches is off: decided at
+ * load, since programs resolve cuLaunchKernel before their first
+ * allocation. Whether a hooked launch is scanned is the configuration in
+ * force's (gvm_policy_scans_launches), which gvmctl set may change. */
+bool gvm_shim_hooks_launches(void);
 
 /* GVM_DISABLE: hand out nothing, serve nothing. */
 bool gvm_cfg_disabled(void);

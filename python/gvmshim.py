@@ -8,12 +8,15 @@
             model = build_model()
         gvmshim.pause("weights")
         gvmshim.resume("weights")
+        with gvmshim.tag(""):          # untagged, inside a tagged block too
+            buffers = make_buffers()
 
 The functions are looked up in the running process (ctypes.CDLL(None)),
 so nothing is loaded that the preload did not already load.
 """
 import ctypes
 import contextlib
+import os
 
 HOST = -1
 MIXED = -2
@@ -135,4 +138,22 @@ def pause(name=None, discard=False, unmapped=False):
 
 
 def resume(name=None):
+    """Brings `name`'s paused allocations back (None: every paused one)."""
     _check(_api().gvm_resume(name.encode() if name else None), "gvm_resume")
+
+
+def library_path():
+    """The path of the libgvmshim.so this process runs under (what a child
+    needs on LD_PRELOAD), or None when it runs under none."""
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                fields = line.split(None, 5)
+                if len(fields) == 6 and os.path.basename(fields[5].strip()).startswith("libgvmshim.so"):
+                    return fields[5].strip()
+    except OSError:
+        pass
+    for entry in os.environ.get("LD_PRELOAD", "").replace(" ", ":").split(":"):
+        if os.path.basename(entry).startswith("libgvmshim.so"):
+            return entry
+    return None

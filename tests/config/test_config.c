@@ -529,8 +529,11 @@ static void test_env_names(void)
     ENV_ERR("GVM_XYZZY_FROB", "1", "GVM_XYZZY_FROB: unknown option (gvm-config --help-config lists them)");
     ENV_ERR("GVM_", "1", "GVM_: unknown option (gvm-config --help-config lists them)");
 
-    /* GVM_TEST_* belongs to test harnesses; other prefixes are not ours */
-    const char *vars[] = {"GVM_TEST_SIM_DEVICES=4", "GVM_TEST_=x", "NOT_GVM_SPIL=1",
+    /* GVM_TEST_* belongs to test harnesses, GVM_TMS_* to the
+     * torch_memory_saver drop-in, GVM_LIB to gvmrun; other prefixes are
+     * not ours */
+    const char *vars[] = {"GVM_TEST_SIM_DEVICES=4", "GVM_TEST_=x", "GVM_TMS_DISCARD=0", "GVM_LIB=/x/libgvmshim.so",
+                          "NOT_GVM_SPIL=1",
                           "GVM_SPILL=host", "GVMSPILL=1", "GVM_ROOT=/home/u/.gvm",
                           "GVM_VERSION=1.0.22", "GVM_OVERLAY_PREFIX=/x", NULL};
     CHECK(load_envv(vars) == 0);

@@ -7,11 +7,14 @@
 
 #include "core/direct.h"
 #include "core/held.h"
+#include "core/heap.h"
 #include "core/move.h"
 #include "core/log.h"
 #include "policy/config.h"
 #include "policy/derive.h"
 #include "policy/place.h"
+#include "policy/recur.h"
+#include "policy/spill.h"
 #include "policy/policy.h"
 #include "policy/set.h"
 #include "policy/tags.h"
@@ -162,6 +165,91 @@ static void raising_lets_promotion_bring_it_back(void)
     touch(gone);
     nanosleep(&(struct timespec){0, 100 * 1000000L}, NULL);
     CHECK_EQ(where(gone), GVM_HOST);
+}
+
+/* A launch as the launch hook makes it (preload/hooks_launch.c's scan):
+ * scanned only while the configuration in force asks for it, the spilled
+ * regions it reaches brought back before they are announced. */
+static void launch(uintptr_t p)
+{
+    if (!gvm_policy_scans_launches()) return;
+    struct gvm_region *r = gvm_heap_region(p);
+    CHECK(r != NULL);
+    gvm_policy_before_launch(&r, 1);
+    gvm_use_regions(&r, 1);
+    gvm_use_end(r);
+}
+
+/* Waits (5 s at most) until p lives at loc, without using it. */
+static bool comes_untouched_to(uintptr_t p, int loc)
+{
+    for (int i = 0; i < 500 && where(p) != loc; i++) nanosleep(&(struct timespec){0, 10 * 1000000L}, NULL);
+    return where(p) == loc;
+}
+
+/* Spill turned on in a running process works as if set at start: its
+ * launches are scanned from then on, so they bring what they need back
+ * (demand swaps) and the loop is learned; and once the limit is removed,
+ * everything spilled comes home at once, used or not, with the
+ * promoter's rounds an hour apart. */
+static void spill_turned_on_live_acts_as_if_set_at_start(void)
+{
+    start_policy((const char *const[]){"promote_interval", "3600s", NULL});
+    uintptr_t p[4];
+    for (int i = 0; i < 4; i++) {
+        p[i] = palloc(24 * MiB);
+        fill(p[i], 24 * MiB, i + 1);
+    }
+    CHECK(!gvm_policy_scans_launches());   /* auto, spill off */
+    CHECK_EQ(live_set("spill=host", "device_limit=0:56M", NULL), GVM_OK);
+    CHECK(strstr(reply, "device 0: moved 48.0 MiB out") != NULL);
+    CHECK(gvm_policy_scans_launches());
+    uint32_t launches = gvm_recur_launches();
+    for (int step = 0; step < 40; step++)
+        for (int i = 0; i < 4; i++) {
+            launch(p[i]);
+            CHECK_EQ(where(p[i]), 0);   /* swapped in for its launch */
+            CHECK(gvm_policy_usage(0) <= 56 * MiB);
+        }
+    CHECK(gvm_recur_launches() - launches >= 160);   /* the loop is being learned */
+    CHECK_EQ(gvm_recur_period(), 4);
+    int away = 0;
+    for (int i = 0; i < 4; i++) away += where(p[i]) == GVM_HOST;
+    CHECK(away >= 2);   /* the swaps keep room for the next one (policy/spill.c) */
+    CHECK_EQ(live_set("device_limit=none", NULL), GVM_OK);
+    for (int i = 0; i < 4; i++) CHECK(comes_untouched_to(p[i], 0));
+    for (int i = 0; i < 4; i++) CHECK(intact(p[i], 24 * MiB, i + 1));
+    /* Spill off again: launches pass unscanned. */
+    CHECK_EQ(live_set("spill=off", NULL), GVM_OK);
+    CHECK(!gvm_policy_scans_launches());
+}
+
+/* A limit raised only part of the way brings back what fits under it
+ * (less the promoter's margin, a sixteenth of the limit), no more. */
+static void a_raise_brings_back_what_fits(void)
+{
+    start_policy((const char *const[]){"spill", "host", "device_limit", "0:24M", "promote_interval", "3600s", NULL});
+    uintptr_t p[4];
+    for (int i = 0; i < 4; i++) {
+        p[i] = palloc(16 * MiB);
+        fill(p[i], 16 * MiB, i + 1);
+    }
+    int home = 0;
+    for (int i = 0; i < 4; i++) home += where(p[i]) == 0;
+    CHECK_EQ(home, 1);
+    CHECK_EQ(live_set("device_limit=0:60M", NULL), GVM_OK);   /* room for two more, with the margin */
+    for (int i = 0; i < 500 && home < 3; i++) {
+        nanosleep(&(struct timespec){0, 10 * 1000000L}, NULL);
+        home = 0;
+        for (int j = 0; j < 4; j++) home += where(p[j]) == 0;
+    }
+    CHECK_EQ(home, 3);
+    nanosleep(&(struct timespec){0, 50 * 1000000L}, NULL);
+    home = 0;
+    for (int j = 0; j < 4; j++) home += where(p[j]) == 0;
+    CHECK_EQ(home, 3);
+    CHECK(gvm_policy_usage(0) <= 60 * MiB);
+    for (int i = 0; i < 4; i++) CHECK(intact(p[i], 16 * MiB, i + 1));
 }
 
 /* An allocation spilled, then migrated home by the program (or gvmctl
@@ -482,6 +570,8 @@ static void no_room_to_evict_to_is_refused(void)
 static const struct test_case cases[] = {
     TEST_ENTRY(lowering_evicts_the_coldest_down_to_the_limit)
     TEST_ENTRY(raising_lets_promotion_bring_it_back)
+    TEST_ENTRY(spill_turned_on_live_acts_as_if_set_at_start)
+    TEST_ENTRY(a_raise_brings_back_what_fits)
     TEST_ENTRY(spilled_then_migrated_home_is_evicted_again)
     TEST_ENTRY(per_device_lists_and_percentages)
     TEST_ENTRY(idle_memory_is_trimmed_first)

@@ -765,8 +765,10 @@ static void pause_keep_and_resume(void)
     start_policy(NULL);
     CHECK_EQ(gvm_tag_push("weights"), GVM_OK);
     uintptr_t w = palloc(40 * MiB), s = palloc(3000);
-    CHECK_EQ(gvm_tag_pop(), GVM_OK);
+    CHECK_EQ(gvm_tag_push(""), GVM_OK);   /* untagged inside the tagged block */
     uintptr_t other = palloc(8 * MiB);
+    CHECK_EQ(gvm_tag_pop(), GVM_OK);
+    CHECK_EQ(gvm_tag_pop(), GVM_OK);
     fill(w, 40 * MiB, 5);
     fill(s, 3000 & ~3u, 6);
     CHECK_EQ(gvm_pause("weights", GVM_PAUSE_KEEP), GVM_OK);
@@ -810,8 +812,10 @@ static void pause_unmapped_keeps_the_contents_off_the_range(void)
     start_policy(NULL);
     CHECK_EQ(gvm_tag_push("weights"), GVM_OK);
     uintptr_t w = palloc(40 * MiB), s = palloc(3000);
-    CHECK_EQ(gvm_tag_pop(), GVM_OK);
+    CHECK_EQ(gvm_tag_push(""), GVM_OK);   /* untagged inside the tagged block */
     uintptr_t other = palloc(8 * MiB);
+    CHECK_EQ(gvm_tag_pop(), GVM_OK);
+    CHECK_EQ(gvm_tag_pop(), GVM_OK);
     fill(w, 40 * MiB, 5);
     fill(s, 3000 & ~3u, 6);
     fill(other, 8 * MiB, 8);

@@ -95,6 +95,11 @@ try:
     err = ctl("set", 4194000, "spill=host", expect=1).stderr
     check(err.startswith("gvmctl: no process"), "set on an absent pid: %s" % err)
 
+    # Launches pass unscanned while spill is off; spill turned on live scans them.
+    def scanned():
+        return json.loads(ctl("stats", pid, "--json").stdout)["launches_scanned"]
+    check(ask("launch") == "ok" and scanned() == 0, "spill off: a launch runs, not scanned")
+
     # Lowering the limit evicts down to it, data intact; raising it brings the data back.
     out = ctl("set", pid, "spill=host", "device_limit=0:32M").stdout
     check("spill: off -> host\n" in out and "device_limit: none -> 0:32M\n" in out and
@@ -103,13 +108,14 @@ try:
     check(dev0["held"] <= 32 << 20 and dev0["on_host"] == 24 << 20 and limit0() == 32 << 20,
           "held within the new limit: %s" % dev0)
     check(ask("check") == "ok", "data intact after the eviction")
-    out = ctl("set", pid, "device_limit=none", "promote_interval=5ms").stdout
+    check(ask("launch") == "ok" and scanned() == 1, "spill on live: the launch hook given at start scans")
+    check(ask("check") == "ok", "data intact after the launch")
+    out = ctl("set", pid, "device_limit=none").stdout
     check("device_limit: 0:32M -> none" in out, "raised: %s" % out)
-    for _ in range(200):
-        ask("check")   # uses both allocations: the promoter wants them back
+    for _ in range(200):   # untouched: the raise brings it all home
         if dev0_now()["on_host"] == 0:
             break
-        time.sleep(0.02)
+        time.sleep(0.01)
     dev0 = dev0_now()
     check(dev0["on_host"] == 0 and dev0["home"] >= 48 << 20, "promoted back: %s" % dev0)
     check(ask("check") == "ok", "data intact after the promotion")

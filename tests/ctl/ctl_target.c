@@ -3,7 +3,10 @@
  * on stdin, one per line, until EOF:
  *   where   the location of the tagged allocation (gvm_query)
  *   check   "ok" when both allocations hold their pattern, "zero" when the
- *           tagged one reads all zeroes (discarded), else "bad" */
+ *           tagged one reads all zeroes (discarded), else "bad"
+ *   launch  a kernel reaching both allocations, through the cuLaunchKernel
+ *           that cuGetProcAddress gave at start (as cudart resolves it):
+ *           "ok" or the error */
 #define _GNU_SOURCE
 #include "core/cuda_api.h"
 #include "gvmshim.h"
@@ -49,6 +52,14 @@ int main(void)
     LOOK(cuda, cuMemcpyHtoD_v2)(tagged, buf, SIZE);
     for (size_t i = 0; i < SIZE; i++) buf[i] = pattern(i, 2);
     LOOK(cuda, cuMemcpyHtoD_v2)(plain, buf, SIZE);
+    /* Resolved before any option changes, as cudart does at its start. */
+    __typeof__(cuLaunchKernel) *launch = NULL;
+    CUfunction (*make)(void (*)(void **), unsigned, const size_t *) =
+        (CUfunction(*)(void (*)(void **), unsigned, const size_t *))dlsym(cuda, "simcuda_function");
+    size_t sizes[2] = {sizeof(CUdeviceptr), sizeof(CUdeviceptr)};
+    CUfunction kernel = make ? make(NULL, 2, sizes) : NULL;
+    if (!kernel || LOOK(cuda, cuGetProcAddress_v2)("cuLaunchKernel", (void **)&launch, 4000, 0, NULL) || !launch)
+        return 4;
     printf("ready\n");
     fflush(stdout);
     char line[64];
@@ -56,6 +67,12 @@ int main(void)
         if (!strncmp(line, "where", 5)) {
             gvm_info info;
             printf("%d\n", API(gvm_query)((void *)tagged, &info) ? -99 : info.location);
+        } else if (!strncmp(line, "launch", 6)) {
+            void *params[] = {&tagged, &plain};
+            CUresult lrc = launch(kernel, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL);
+            if (!lrc) lrc = LOOK(cuda, cuCtxSynchronize)();
+            if (lrc) printf("error %d\n", (int)lrc);
+            else printf("ok\n");
         } else if (!strncmp(line, "check", 5)) {
             const char *t = state(cuda, tagged, 1, buf), *p = state(cuda, plain, 2, buf);
             printf("%s\n", strcmp(p, "ok") ? "bad" : t);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The parent side of the gpu tests that steer or trace a running job
 (test_gvmctl_pause.py, test_gvmctl_pause_process.py, test_gvmctl_live.py,
-test_gvmplot.py) without a
+test_gvmplot.py, test_torch_live_limit.py: its step times unchecked) without a
 GPU: their cases run unchanged against fake jobs on the simulated driver,
 so LiveChild, the gvmctl calls, the memory arithmetic and the trace checks
 are exercised by the cpu suite, not only on the rare machine with a GPU. A
@@ -26,6 +26,7 @@ import test_gvmctl_live as live  # noqa: E402
 import test_gvmctl_pause as pause  # noqa: E402
 import test_gvmctl_pause_process as whole  # noqa: E402
 import test_gvmplot as plot  # noqa: E402
+import test_torch_live_limit as live_limit  # noqa: E402
 
 MiB = gt.MiB
 CONTEXT = 300 * MiB     # what a CUDA context would add to NVML's figure
@@ -200,8 +201,36 @@ def fake_steady_job(args):
     return {"losses": losses}
 
 
+def fake_live_limit_job(args):
+    """test_torch_live_limit's job: four buffers written every 'step', each
+    step timed, a barrier before each phase."""
+    import time
+    sim = Sim()
+    size = 16 * MiB
+    bufs = [sim.alloc(size) for _ in range(4)]
+    losses, times = [], {}
+
+    def step():
+        t0 = time.perf_counter()
+        for b in bufs:
+            sim.fill(b, len(losses) % 251, size)
+        ok = all(sim.read(b, 4096) == bytes([len(losses) % 251]) * 4096 for b in bufs)
+        losses.append(float(len(losses) if ok else -1).hex())
+        return (time.perf_counter() - t0) * 1e3
+
+    for phase in live_limit.ORDER:
+        if args.get("steer"):
+            gt.barrier(phase, {"allocated": 4 * size})
+        times[phase] = [step() for _ in range(live_limit.TRAIN["phases"][phase])]
+    if args.get("steer"):
+        gt.barrier("end", {"allocated": 4 * size})
+    return {"losses": losses, "times_ms": times, "allocated": 4 * size}
+
+
 def fake_train(args):
-    # test_gvmctl_live and test_gvmplot both call their job "train".
+    # test_gvmctl_live, test_gvmplot and test_torch_live_limit call their job "train".
+    if "live_limit" in args:
+        return fake_live_limit_job(args)
     return fake_spill_job(args) if "layers" in args else fake_train_job(args)
 
 
@@ -214,8 +243,9 @@ def main():
         return 0
     # The cases start their children as `script --child ...` of their own
     # module: make that this script, whose handlers are the fakes.
-    for module in (pause, whole, live, plot):
+    for module in (pause, whole, live, plot, live_limit):
         module.__file__ = os.path.abspath(__file__)
+    live_limit.SLACK = 1e9   # the simulated driver's step times say nothing of a GPU's
     try:
         gt.shim_lib()
         gt.gvmctl_path()
@@ -227,7 +257,8 @@ def main():
     for name, fn in (("pause_keep", pause.case_pause()), ("pause_unmapped", pause.case_pause("--unmapped")),
                      ("pause_discard", pause.case_pause("--discard")),
                      ("whole_process", whole.case_whole_process),
-                     ("spill_trace", plot.case_spill_trace), ("lower_then_raise", live.case_lower_then_raise)):
+                     ("spill_trace", plot.case_spill_trace), ("lower_then_raise", live.case_lower_then_raise),
+                     ("limit_on_then_removed", live_limit.case_limit_on_then_removed)):
         r.run(name, fn)
         r.all_skip = None   # a skip says "nothing here runs" of its own test script only
     return r.finish()

@@ -53,5 +53,16 @@ py=$(find "$tmp" -name gvmshim.py | head -1)
 if [ -n "$py" ]; then
     PYTHONPATH="$(dirname "$py")" python3 -c 'import gvmshim; assert gvmshim.available() is False' ||
         fail "the installed Python module"
+    # gvmrun --tms puts the installed torch_memory_saver drop-in first.
+    where=$(env -u GVM_LIB LD_PRELOAD= LD_LIBRARY_PATH="$simdir" PYTHONPATH= "$gvmrun" --tms -- \
+        python3 -c 'import torch_memory_saver as t; print(t.__file__); t.torch_memory_saver.pause("x")') ||
+        fail "the torch_memory_saver drop-in under gvmrun --tms"
+    case "$where" in
+        "$tmp"/*/gvmshim_tms/torch_memory_saver/__init__.py) ;;
+        *) fail "gvmrun --tms imported $where" ;;
+    esac
+    # slime preloads the file of this name beside the package: gvmshim.
+    preload="$(dirname "$(dirname "$where")")/torch_memory_saver_hook_mode_preload.abi3.so"
+    [ "$(readlink -f "$preload")" = "$(readlink -f "$lib")" ] || fail "$preload is not the installed library"
 fi
 echo "1 passed, 0 failed"
