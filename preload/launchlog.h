@@ -9,7 +9,9 @@
  *   records: u64 launch (from 1), u64 stream, u64 buffer id (0: the launch
  *            reached no allocation), u64 base, u64 bytes (mapped), u32
  *            flags (GVM_LAUNCH_LOG_*), u32 0
- * A launch reaching k allocations writes k records with its number. */
+ * A launch reaching k allocations writes k records with its number. The
+ * buffer id changes when an allocation moves (as CUDA's does); its base
+ * does not. */
 #ifndef GVM_PRELOAD_LAUNCHLOG_H
 #define GVM_PRELOAD_LAUNCHLOG_H
 

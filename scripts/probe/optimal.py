@@ -12,7 +12,8 @@ The model (docs/benchmarks.md, "The optimal schedule"):
 
 - The step. The log is cut to its loop: the period P (in launches) whose
   last 2P launches repeat best (found from the launches' signatures as
-  policy/recur.c does, or --period), and the last P launches are one step.
+  policy/recur.c does, or --period), and the last P launches that repeat
+  the P before them are one step (launches after the loop are left out).
   The step is then repeated (WARM steps to fill the device, MEASURE steps
   counted): the steady state of a job running that step forever.
 - What must be resident. A launch needs every allocation (region) it
@@ -83,7 +84,9 @@ def parse_size(s):
 
 def read_log(path):
     """Returns (launches, sizes, info): launches in order, each a tuple of
-    region keys (buffer ids); sizes: key -> bytes."""
+    region keys; sizes: key -> bytes. A region is known by its base
+    address: its buffer id changes at every move (as CUDA's does when
+    memory is remapped)."""
     with open(path, "rb") as f:
         data = f.read()
     if len(data) < HEAD.size:
@@ -95,12 +98,12 @@ def read_log(path):
     if len(body) != records * REC.size:
         raise ValueError("%s: cut short (%d of %d records)" % (path, len(body) // REC.size, records))
     by_launch, sizes, partial = {}, {}, 0
-    for launch, _stream, buf, _base, nbytes, flags, _ in REC.iter_unpack(body):
+    for launch, _stream, buf, base, nbytes, flags, _ in REC.iter_unpack(body):
         regions = by_launch.setdefault(launch, [])
         partial += flags & 1
         if buf:
-            regions.append(buf)
-            sizes[buf] = max(nbytes, sizes.get(buf, 0))
+            regions.append(base)
+            sizes[base] = max(nbytes, sizes.get(base, 0))
     launches = [tuple(sorted(set(by_launch[k]))) for k in sorted(by_launch)]
     return launches, sizes, {"records": records, "dropped": dropped, "partial": partial}
 
@@ -220,6 +223,16 @@ def yardstick(step, sizes, capacity, native_ms, link, warm=WARM, measure=MEASURE
             "optimal_ms": max(native_ms, copy_ms)}
 
 
+def loop_end(launches, period):
+    """Where the loop's last full repeat ends: launches after the last
+    one that matches the launch a period before (the program's last
+    launches after its loop: a final check, a clean-up) are not the step."""
+    end = len(launches)
+    while end > 2 * period and launches[end - 1] != launches[end - 1 - period] and len(launches) - end < period:
+        end -= 1
+    return end
+
+
 def from_log(path, capacity, native_ms, link, writes="all", period=None):
     launches, sizes, info = read_log(path)
     if period:
@@ -228,7 +241,8 @@ def from_log(path, capacity, native_ms, link, writes="all", period=None):
             raise ValueError("--period %d: the log holds only %d launches" % (period, len(launches)))
     else:
         period, miss = find_period(launches)
-    step = [[(k, writes == "all") for k in l] for l in launches[-period:]]
+    end = loop_end(launches, period)
+    step = [[(k, writes == "all") for k in l] for l in launches[end - period:end]]
     res = yardstick(step, sizes, capacity, native_ms, link)
     res.update({"period": period, "period_miss": miss, "log_launches": len(launches), "log": info,
                 "writes": writes})

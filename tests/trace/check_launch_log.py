@@ -52,11 +52,26 @@ def main():
         period, _ = optimal.find_period(body)
         check(period == N, "the period found is %d launches (want %d)" % (period, N))
         link = {"h2d": 1.0, "d2h": 1.0}
-        r = optimal.from_log(os.path.join(tmp, files[0]), SLOTS * 8 * MiB, 1.0, link, period=N)
+        r = optimal.from_log(os.path.join(tmp, files[0]), SLOTS * 8 * MiB, 1.0, link)
+        check(r["period"] == N and r["launches"] == N, "from the log: a step of %d launches" % r["launches"])
         want = N * (N - SLOTS) / (N - 1.0) * 8 * MiB
         check(abs(r["min_in_bytes"] - want) < 1, "MIN brings in %.0f bytes per step (want %.0f)"
               % (r["min_in_bytes"], want))
         check(r["lru_in_bytes"] == N * 8 * MiB, "LRU brings in every allocation")
+        # Launches not scanned (spill off, track_launches auto): said, nothing written.
+        quiet = os.path.join(tmp, "off.bin")
+        off = dict(env, GVM_LAUNCH_LOG=quiet, GVM_SPILL="off", GVM_DEVICE_LIMIT="none")
+        p = subprocess.run([prog, str(N), "2"], env=off, capture_output=True, text=True, timeout=120)
+        check(p.returncode == 0 and not os.path.exists(quiet) and "launches are not scanned" in p.stderr,
+              "spill off: a warning, no log (%s)" % p.stderr.strip()[-200:])
+        # A symlink at the path is never followed: a warning, the program unharmed.
+        target, link_path = os.path.join(tmp, "target"), os.path.join(tmp, "link.bin")
+        open(target, "w").close()
+        os.symlink(target, link_path)
+        p = subprocess.run([prog, str(N), "2"], env=dict(env, GVM_LAUNCH_LOG=link_path), capture_output=True,
+                           text=True, timeout=120)
+        check(p.returncode == 0 and "cannot write the launch log" in p.stderr and os.path.getsize(target) == 0,
+              "a symlink at the path: a warning, nothing written through it (%s)" % p.stderr.strip()[-200:])
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
 
