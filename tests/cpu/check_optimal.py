@@ -7,7 +7,9 @@ fewest fetches any eviction order achieves, on small Adam-like steps).
     check_optimal.py OPTIMAL_PY"""
 import importlib.util
 import itertools
+import os
 import sys
+import tempfile
 
 MiB = 1 << 20
 passed = failed = 0
@@ -75,6 +77,19 @@ def main():
         w_in, w_out = o.simulate(writes([[i] for i in range(n)]), sizes, c * 128 * MiB, "min")
         check(near(w_in, want) and near(w_out, want), "cycle of %d, every eviction written back: out = in" % n)
 
+    # Reading in place (a peer over NVLink): C tensors stay, N - C are read
+    # where they are each pass, the once-a-step bound; written ones go back too.
+    for n, c in ((3, 2), (5, 3), (12, 8)):
+        sizes = {i: 1 for i in range(n)}
+        b_in, b_out = o.simulate(reads([[i] for i in range(n)]), sizes, c, "min", bypass=True)
+        check(b_in == n - c and b_out == 0, "cycle of %d in room for %d read in place: %s in a pass (want %d)"
+              % (n, c, b_in, n - c))
+        b_in, b_out = o.simulate(writes([[i] for i in range(n)]), sizes, c, "min", bypass=True)
+        check(b_in == n - c and b_out == n - c, "the same written: %s in, %s out (want %d each)" % (b_in, b_out, n - c))
+    r = o.yardstick(reads([["A", "B"]]), {"A": 3, "B": 3}, 4, 1.0, {"h2d": 1, "d2h": 1}, bypass=True)
+    check(r["min_in_bytes"] == 3, "read in place, a launch larger than the limit runs: one region stays (%s)"
+          % r["min_in_bytes"])
+
     # Fits: nothing moves, the step is the native one.
     r = o.yardstick(reads([[0], [1]]), {0: MiB, 1: MiB}, 2 * MiB, 5.0, {"h2d": 50, "d2h": 50})
     check(r["min_in_bytes"] == 0 and r["optimal_ms"] == 5.0, "a step that fits: optimal = native")
@@ -136,6 +151,36 @@ def main():
         check(False, "no loop: refused")
     except ValueError:
         check(True, "no loop: refused")
+
+    # A loop with a little wobble (two launches trading places every other
+    # step) repeats best at two steps: the shortest within 5 points is kept.
+    steps = []
+    for i in range(40):
+        s_ = [(k,) for k in range(50)]
+        if i % 2:
+            s_[10], s_[11] = s_[11], s_[10]
+        steps += s_
+    check(o.find_period(steps)[0] == 50, "a loop whose order wobbles: its step, not twice it (%d)"
+          % o.find_period(steps)[0])
+
+    # From a log file: a loop whose steps alternate two temporaries repeats
+    # every two steps; with the launches a step makes given, per step.
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "log.bin")
+        recs, no = [], 0
+        for i in range(10):
+            for k in [1, 2, 3, 4, 100 + i % 2]:
+                no += 1
+                recs.append(o.REC.pack(no, 0, no, k << 21, 2 * MiB, 0, 0))
+        with open(path, "wb") as f:
+            f.write(o.HEAD.pack(o.MAGIC, o.REC.size, 0, len(recs), 0) + b"".join(recs))
+        link = {"h2d": 1, "d2h": 1}
+        whole = o.from_log(path, 3 * 2 * MiB, 1.0, link)
+        per = o.from_log(path, 3 * 2 * MiB, 1.0, link, step_launches=5)
+        check(whole["period"] == 10 and per["steps_per_period"] == 2 and near(per["min_in_bytes"],
+                                                                              whole["min_in_bytes"] / 2),
+              "a period of two steps, divided: %s of %s bytes a step" % (per["min_in_bytes"], whole["min_in_bytes"]))
+        check(per["native_ms"] == 1.0, "the native step stays one step's")
 
     print("%d passed, %d failed" % (passed, failed))
     return 1 if failed else 0
