@@ -219,7 +219,7 @@ static void note_uses(const struct used *u, CUresult rc, CUstream s, bool per_th
 
 static void release(struct used *u, CUresult rc, CUstream s, bool per_thread)
 {
-    if (__builtin_expect(__atomic_load_n(&gvm_launch_log_on, __ATOMIC_RELAXED), 0) && rc == CUDA_SUCCESS)
+    if (__builtin_expect(__atomic_load_n(&gvm_launch_log_on, __ATOMIC_ACQUIRE), 0) && rc == CUDA_SUCCESS)
         gvm_launch_log_record(u->r, u->n, s, per_thread, u->partial);
     if (gvm_usemark_on()) note_uses(u, rc, s, per_thread);
     for (int i = 0; i < u->n; i++) gvm_use_end(u->r[i]);

@@ -10,10 +10,13 @@ link's bandwidths and the native step time.
 
 The model (docs/benchmarks.md, "The optimal schedule"):
 
-- The step. The log is cut to its loop: the period P (in launches) whose
-  last 2P launches repeat best (found from the launches' signatures as
-  policy/recur.c does, or --period), and the last P launches that repeat
-  the P before them are one step (launches after the loop are left out).
+- The step. The log is cut to its loop: the shortest period P (in
+  launches) whose last 2P launches repeat within 5 points of the best
+  (found from the launches' signatures as policy/recur.c does, or
+  --period), and the last P launches that repeat the P before them are
+  the loop (launches after it are left out). A loop spanning several of
+  the program's steps (buffers alternating) is divided by P /
+  --step-launches, so every figure is per step.
   The step is then repeated (WARM steps to fill the device, MEASURE steps
   counted): the steady state of a job running that step forever.
 - What must be resident. A launch needs every allocation (region) it
@@ -43,29 +46,30 @@ The model (docs/benchmarks.md, "The optimal schedule"):
   step), the copy time with both directions running at once (duplex: H2D
   and D2H at --h2d-duplex / --d2h-duplex, measured together, while both
   have bytes to move, the rest at the one-way rate) or one after the
-  other (--simplex). No schedule is faster: the kernels run at least the
-  native step, each direction of the link copies at least MIN's bytes.
+  other (--simplex). For regions of one size no schedule is faster: the
+  kernels run at least the native step, each direction of the link
+  copies at least MIN's bytes.
   What this leaves out, so the bound may not be reachable: a region's
   copy in must end before the launch that reaches it begins, and its
   room exists only once a victim's copy out has begun (gvmshim's swaps
   take room unit by unit as it leaves), which begins after the victim's
   last use. MIN's own victims would serialize the copies with the
   kernels (on a cycle it evicts the region just used, whose room is free
-  only once that kernel ends); a schedule reaching the bound prefetches
-  with other victims of the same count (integrated prefetching and
-  caching), which exists when the step's copies can spread over its
+  only once that kernel ends); a schedule near the bound prefetches with
+  other victims of the same count (integrated prefetching and caching),
+  and comes near it only where the step's copies can spread over its
   kernels. Where the copies bunch up where kernels are short (Adam's
   sweeps over the moments), the best step lies above this bound.
 
 The read loop checks it (tests/cpu/check_optimal.py): N equal tensors
 read in a cycle with room for C of them: MIN brings in N(N-C)/(N-1)
 tensors per pass (it faults on (N-C)/(N-1) of the references), LRU all N,
-and the "bound" bench/spill.py prints counts N-C, which no schedule
-reaches: after each launch only its own tensor is certainly resident.
+and the "bound" bench/spill.py prints counts N-C, which no schedule that
+swaps reaches (after each launch only its own tensor is certainly
+resident); reading in place (--bypass) does.
 """
 import argparse
 import json
-import os
 import struct
 import sys
 

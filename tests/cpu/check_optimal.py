@@ -115,6 +115,20 @@ def main():
     check(d_in == 7, "Adam-like step of 9 tensors in room for 5: MIN brings in 7 a step, where the once-a-step "
           "bound counts 4 (got %.2f)" % d_in)
 
+    # The earlier model of the benchmark's training step (scripts/probe/
+    # adam-belady.py, one tensor a launch): the same counts.
+    spec = importlib.util.spec_from_file_location("adam_belady", os.path.join(os.path.dirname(sys.argv[1]),
+                                                                              "adam-belady.py"))
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    for name, order in (("fused", ab.fused), ("foreach", ab.foreach)):
+        seq = order()
+        for slots in (27, 30):
+            want = (ab.misses(seq, slots, 13) - ab.misses(seq, slots, 3)) / 10.0
+            got = o.simulate(reads([[k] for k in seq]), {k: 1 for k in seq}, slots, "min", warm=3, measure=10)[0]
+            check(near(got, want), "adam-belady.py's %s step in %d slots: %.1f tensors a step, as it counts (%.1f)"
+                  % (name, slots, got, want))
+
     # Unequal sizes and launches reaching several regions: room is bytes.
     pair = reads([["A", "B"], ["C", "D"]])
     b_in, _ = o.simulate(pair, {"A": 2, "B": 2, "C": 2, "D": 2}, 4, "min")
