@@ -17,8 +17,10 @@ The model (docs/benchmarks.md, "The optimal schedule"):
   the loop (launches after it are left out). A loop spanning several of
   the program's steps (buffers alternating) is divided by P /
   --step-launches, so every figure is per step.
-  The step is then repeated (WARM steps to fill the device, MEASURE steps
-  counted): the steady state of a job running that step forever.
+  The step is then repeated from an empty device until the state at a
+  step's start (what is resident and dirty) comes again: the steps from
+  then on cycle, and their average is the exact steady state of a job
+  running that step forever.
 - What must be resident. A launch needs every allocation (region) it
   reaches wholly on the device while it runs; the regions of a launch and
   those kept for later share the limit (bytes; regions count their mapped
@@ -77,7 +79,6 @@ MAGIC = b"GVMLLOG1"
 HEAD = struct.Struct("<8sIIQQ")
 REC = struct.Struct("<QQQQQII")
 NEVER = float("inf")
-WARM, MEASURE = 3, 12
 MiB, GiB = 1 << 20, 1 << 30
 
 
@@ -153,13 +154,141 @@ def find_period(launches, most=None):
 
 
 def next_uses(seq):
-    """For each position, {key: position of its next use} (NEVER: none)."""
+    """For each position of a finite sequence, {key: position of its next
+    use} (NEVER: none)."""
     nxt, last = [None] * len(seq), {}
     for i in range(len(seq) - 1, -1, -1):
         nxt[i] = {k: last.get(k, NEVER) for k, _ in seq[i]}
         for k, _ in seq[i]:
             last[k] = i
     return nxt
+
+
+def cyclic_gaps(step):
+    """For each launch of a step repeated forever, {key: launches until
+    the key's next use} (a step's regions all come again)."""
+    pos = {}
+    for j, launch in enumerate(step):
+        for k, _ in launch:
+            if not pos.get(k) or pos[k][-1] != j:
+                pos.setdefault(k, []).append(j)
+    gaps = []
+    for j, launch in enumerate(step):
+        g = {}
+        for k, _ in launch:
+            later = [q for q in pos[k] if q > j]
+            g[k] = (later[0] if later else pos[k][0] + len(step)) - j
+        gaps.append(g)
+    return gaps
+
+
+class Cache:
+    """The device under MIN (victim: the next use furthest ahead) or LRU
+    (the least recently used). rank breaks ties in next use, so that a
+    state (what is resident and dirty) decides what follows."""
+
+    def __init__(self, sizes, capacity, policy, bypass, rank):
+        self.sizes, self.capacity, self.policy, self.bypass, self.rank = sizes, capacity, policy, bypass, rank
+        self.resident, self.dirty, self.used = {}, set(), 0
+
+    def launch(self, launch, i, nxt):
+        """Makes launch i's regions resident (nxt: key -> its next use);
+        returns the bytes it moves in and out."""
+        sizes, resident, b_in, b_out = self.sizes, self.resident, 0, 0
+        keys = [k for k, _ in launch]
+        written = {k for k, w in launch if w}
+        coming = {k: nxt[k] if self.policy == "min" else i for k in keys if k not in resident}
+        incoming = sum(sizes[k] for k in coming)
+        while self.used + incoming > self.capacity:
+            cands = [k for k in resident if k not in keys]
+            if self.bypass and self.policy == "min":
+                cands += list(coming)
+            if self.policy == "min":
+                victim = max(cands, key=lambda k: (coming.get(k, resident.get(k)), sizes[k], -self.rank.get(k, 0)))
+            else:
+                victim = min(cands, key=lambda k: resident[k])
+            if victim in coming:   # read in place: never resident
+                del coming[victim]
+                incoming -= sizes[victim]
+                b_in += sizes[victim]
+                b_out += sizes[victim] if victim in written else 0
+                continue
+            self.used -= sizes[victim]
+            del resident[victim]
+            if victim in self.dirty:
+                b_out += sizes[victim]
+                self.dirty.discard(victim)
+        for k in coming:
+            self.used += sizes[k]
+            b_in += sizes[k]
+        for k, writes in launch:
+            if k not in resident and k not in coming:
+                continue
+            resident[k] = nxt[k] if self.policy == "min" else i
+            if writes:
+                self.dirty.add(k)
+        return b_in, b_out
+
+    def state(self):
+        """What decides the future of a repeated step at a step's start:
+        under MIN the resident and dirty sets (each region's next use is
+        its first in the step), under LRU also their order of use."""
+        if self.policy == "min":
+            return frozenset(self.resident), frozenset(self.dirty)
+        return tuple(sorted(self.resident, key=self.resident.get)), frozenset(self.dirty)
+
+
+def ranks(seq):
+    r = {}
+    for launch in seq:
+        for k, _ in launch:
+            r.setdefault(k, len(r))
+    return r
+
+
+def simulate_finite(seq, sizes, capacity, policy="min", bypass=False):
+    """MIN (or LRU) over a finite sequence of launches, from an empty
+    device: the bytes moved in and out in all."""
+    nxt = next_uses(seq)
+    c = Cache(sizes, capacity, policy, bypass, ranks(seq))
+    total_in = total_out = 0
+    for i, launch in enumerate(seq):
+        b_in, b_out = c.launch(launch, i, nxt[i])
+        total_in += b_in
+        total_out += b_out
+    return total_in, total_out
+
+
+MAX_VISITS = 4000000   # launches simulated at most while looking for the steady state
+
+
+def simulate(step, sizes, capacity, policy="min", bypass=False):
+    """The step repeated forever under MIN (or LRU): the bytes moved in
+    and out per step in the steady state. From an empty device, step
+    after step, until the state at a step's start repeats: from then on
+    the steps cycle, and their average is exact. (On a cycle of N equal
+    tensors in room for C, MIN's steps differ and repeat only after
+    N - 1 of them.) Where no state repeats within MAX_VISITS launches,
+    the average of the second half."""
+    gaps = cyclic_gaps(step)
+    c = Cache(sizes, capacity, policy, bypass, ranks(step))
+    seen, per_step = {}, []
+    most = max(8, MAX_VISITS // max(1, len(step)))
+    for rep in range(most):
+        st = c.state()
+        if st in seen:
+            cycle = per_step[seen[st]:]
+            return (sum(x for x, _ in cycle) / float(len(cycle)), sum(y for _, y in cycle) / float(len(cycle)))
+        seen[st] = rep
+        s_in = s_out = 0
+        for j, launch in enumerate(step):
+            i = rep * len(step) + j
+            b_in, b_out = c.launch(launch, i, {k: i + g for k, g in gaps[j].items()})
+            s_in += b_in
+            s_out += b_out
+        per_step.append((s_in, s_out))
+    half = per_step[len(per_step) // 2:]
+    return sum(x for x, _ in half) / float(len(half)), sum(y for _, y in half) / float(len(half))
 
 
 def check_fits(step, sizes, capacity):
@@ -169,58 +298,6 @@ def check_fits(step, sizes, capacity):
             raise ValueError("launch %d of the step reaches %d bytes, more than the limit (%d)" % (i, need, capacity))
 
 
-def simulate(step, sizes, capacity, policy="min", warm=WARM, measure=MEASURE, bypass=False):
-    """Runs the step warm + measure times under MIN (or LRU); returns the
-    per-step bytes in and out over the measured steps. bypass: a missing
-    region may also be reached where it is (read in place across the
-    link, as a kernel reads a peer's memory over NVLink) instead of
-    coming in: MIN then counts it among the candidates to leave, by its
-    next use; its bytes cross the link once (and back when written)."""
-    seq = step * (warm + measure)
-    nxt = next_uses(seq) if policy == "min" else None
-    resident, dirty = {}, set()
-    used = 0
-    moved_in = moved_out = 0
-    start = warm * len(step)
-    for i, launch in enumerate(seq):
-        keys = [k for k, _ in launch]
-        written = {k for k, w in launch if w}
-        need = [k for k in keys if k not in resident]
-        incoming = sum(sizes[k] for k in need)
-        coming = {k: nxt[i][k] if policy == "min" else i for k in need}
-        counted = i >= start
-        while used + incoming > capacity:
-            cands = [k for k in resident if k not in keys]
-            if bypass and policy == "min":
-                cands += list(coming)
-            if policy == "min":
-                victim = max(cands, key=lambda k: (coming.get(k, resident.get(k)), sizes[k]))
-            else:
-                victim = min(cands, key=lambda k: resident[k])
-            if victim in coming:   # read in place: never resident
-                del coming[victim]
-                incoming -= sizes[victim]
-                if counted:
-                    moved_in += sizes[victim]
-                    moved_out += sizes[victim] if victim in written else 0
-                continue
-            used -= sizes[victim]
-            del resident[victim]
-            if victim in dirty:
-                if counted:
-                    moved_out += sizes[victim]
-                dirty.discard(victim)
-        for k in coming:
-            used += sizes[k]
-            if counted:
-                moved_in += sizes[k]
-        for k, writes in launch:
-            if k not in resident and k not in coming:
-                continue
-            resident[k] = nxt[i][k] if policy == "min" else i
-            if writes:
-                dirty.add(k)
-    return moved_in / float(measure), moved_out / float(measure)
 
 
 # ---- time ------------------------------------------------------------------------------
@@ -243,7 +320,7 @@ def copy_seconds(bytes_in, bytes_out, link):
 # ---- the yardstick ---------------------------------------------------------------------
 
 
-def yardstick(step, sizes, capacity, native_ms, link, warm=WARM, measure=MEASURE, bypass=False):
+def yardstick(step, sizes, capacity, native_ms, link, bypass=False):
     """step: list of launches, each a list of (key, writes). Returns a dict."""
     try:
         check_fits(step, sizes, capacity)
@@ -252,9 +329,9 @@ def yardstick(step, sizes, capacity, native_ms, link, warm=WARM, measure=MEASURE
         if not bypass:
             raise
         fits = False
-    b_in, b_out = simulate(step, sizes, capacity, "min", warm, measure, bypass)
+    b_in, b_out = simulate(step, sizes, capacity, "min", bypass)
     # LRU swaps, for comparison (none where a launch alone passes the limit)
-    l_in, l_out = simulate(step, sizes, capacity, "lru", warm, measure) if fits else (None, None)
+    l_in, l_out = simulate(step, sizes, capacity, "lru") if fits else (None, None)
     copy_ms = 1e3 * copy_seconds(b_in, b_out, link)
     regions = {k for l in step for k, _ in l}
     return {"launches": len(step), "regions": len(regions), "step_bytes": sum(sizes[k] for k in regions),
