@@ -58,6 +58,15 @@ def main():
         check(abs(r["min_in_bytes"] - want) < 1, "MIN brings in %.0f bytes per step (want %.0f)"
               % (r["min_in_bytes"], want))
         check(r["lru_in_bytes"] == N * 8 * MiB, "LRU brings in every allocation")
+        # Three threads launching at once: every launch logged, each with its own number.
+        many = os.path.join(tmp, "threads.bin")
+        p = subprocess.run([prog, str(N), str(STEPS), "3"], env=dict(env, GVM_LAUNCH_LOG=many), capture_output=True,
+                           text=True, timeout=120)
+        check(p.returncode == 0, "three threads ran the loop (exit %d) %s" % (p.returncode, p.stderr[-300:]))
+        if p.returncode == 0:
+            launches, _, info = optimal.read_log(many)
+            check(len(launches) == 3 * N * STEPS + 1 and info["records"] == 3 * N * STEPS + 1
+                  and info["dropped"] == 0, "three threads: %d launches, %s" % (len(launches), info))
         # Launches not scanned (spill off, track_launches auto): said, nothing written.
         quiet = os.path.join(tmp, "off.bin")
         off = dict(env, GVM_LAUNCH_LOG=quiet, GVM_SPILL="off", GVM_DEVICE_LIMIT="none")
