@@ -11,9 +11,10 @@ link's bandwidths and the native step time.
 The model (docs/benchmarks.md, "The optimal schedule"):
 
 - The step. The log is cut to its loop: the shortest period P (in
-  launches) whose last 2P launches repeat within 5 points of the best
-  (found from the launches' signatures as policy/recur.c does, or
-  --period), and the last P launches that repeat the P before them are
+  launches) whose share of the last launches differing from the launch P
+  before is within 5 points of the best candidate's (candidates from the
+  launches' signatures as policy/recur.c finds them, all judged over the
+  same launches; or --period), and the last P launches that repeat the P before them are
   the loop (launches after it are left out). A loop spanning several of
   the program's steps (buffers alternating) is divided by P /
   --step-launches, so every figure is per step.
@@ -71,6 +72,7 @@ swaps reaches (after each launch only its own tensor is certainly
 resident); reading in place (--bypass) does.
 """
 import argparse
+import collections
 import json
 import struct
 import sys
@@ -124,26 +126,39 @@ def read_log(path):
 
 
 def find_period(launches, most=None):
-    """The period whose last 2P launches repeat best, among the distances
+    """The period whose last launches repeat best, among the distances
     at which the last launches' keys (a launch and the three before it, as
-    policy/recur.c) were seen before: the shortest whose share of launches
+    policy/recur.c) were seen before (the last 8 times, and the distances
+    most common in the log): the shortest whose share of launches
     differing from the one P before is within 5 points of the best (a
     multiple of the step repeats as well as the step, and a step whose
     order wobbles a little may repeat a little better at twice its length)."""
     n = len(launches)
     sig = [hash(l) for l in launches]
-    last, cands = {}, set()
+    # A key may come back within a step too (launches on the same small
+    # tensors in a row): the distances to its last 8 occurrences count, and
+    # the 32 distances between a key and its previous occurrence most
+    # common in the whole log (a step that ends in such a run still has
+    # keys seen once a step).
+    seen, cands, common = {}, set(), collections.Counter()
     for i in range(3, n):
         key = tuple(sig[i - 3:i + 1])
-        if key in last and i >= n - 256:
-            cands.add(i - last[key])
-        last[key] = i
-    scored = []
-    for p in sorted(cands):
-        if 2 * p > n or (most and p > most):
-            continue
-        span = min(2 * p, n - p)
-        scored.append((p, sum(sig[n - 1 - j] != sig[n - 1 - j - p] for j in range(span)) / float(span)))
+        before = seen.setdefault(key, [])
+        if before:
+            common[i - before[-1]] += 1
+        if i >= n - 256:
+            cands.update(i - j for j in before)
+        before.append(i)
+        del before[:-8]
+    cands.update(g for g, _ in common.most_common(32))
+    cands = sorted(p for p in cands if 2 * p <= n and not (most and p > most))
+    if not cands:
+        raise ValueError("no repeating step found in %d launches (run more steps, or give --period)" % n)
+    # Every candidate judged over the same launches, two of the longest:
+    # over its own two lengths, a short one inside a run of one launch
+    # would match perfectly.
+    span = min(2 * cands[-1], n - cands[-1])
+    scored = [(p, sum(sig[n - 1 - j] != sig[n - 1 - j - p] for j in range(span)) / float(span)) for p in cands]
     if not scored or min(m for _, m in scored) > 0.5:
         raise ValueError("no repeating step found in %d launches (run more steps, or give --period)" % n)
     least = min(m for _, m in scored)

@@ -164,6 +164,9 @@ def main():
     check(o.find_period(body)[0] == 5, "the period of a 5-launch loop after a prologue")
     runs = [(0,), (0,), (1,), (1,), (2,), (2,)] * 5
     check(o.find_period(runs)[0] == 6, "a loop of launches in runs of two: period 6, not 1")
+    same = ([(i,) for i in range(20)] + [("s",)] * 300) * 4
+    check(o.find_period(same)[0] == 320, "a step ending in 300 launches on one small tensor: period 320 (%d)"
+          % o.find_period(same)[0])
     tail = body + [("end",), ("check",)]
     check(o.loop_end(tail, 5) == len(body), "launches after the loop are not the step")
     try:
