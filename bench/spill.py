@@ -21,6 +21,14 @@ Reported per working set:
                    and every step must read across the link at least once
   bound ms         fits step + off-device/step / measured link bandwidth
   added / bound    (step - fits) / (off-device/step / link): goal <= 1.5
+  optimal ms       the fastest any schedule could run this workload's own
+                   step: Belady's MIN over the allocations its launches
+                   reach (GVM_LAUNCH_LOG of the row's run), its copies
+                   both ways at once at the rate measured with both
+                   running, against the fits step (scripts/probe/optimal.py;
+                   real steps read memory more than once, so the bound
+                   above is not reachable and this is the honest yardstick)
+  step / optimal   the row's step over that
   moved/step       bytes gvmshim migrated per timed step (stats of a run
                    with warm-up only subtracted from a run with the timed
                    steps, so the set-up's spills do not count)
@@ -259,6 +267,21 @@ def measure_links(torch, peer):
 
     out["h2d_gbps"] = bw(lambda: d.copy_(pinned, non_blocking=True))
     out["d2h_gbps"] = bw(lambda: pinned.copy_(d, non_blocking=True))
+    # Both directions at once, each on its own stream and buffers: the
+    # yardstick's duplex rate (scripts/probe/optimal.py). Each direction
+    # moved n bytes in the time both took.
+    pinned2 = torch.empty(n, dtype=torch.uint8, pin_memory=True)
+    d2 = torch.empty(n, dtype=torch.uint8, device=dev)
+    up, down = torch.cuda.Stream(), torch.cuda.Stream()
+
+    def both():
+        with torch.cuda.stream(up):
+            d.copy_(pinned, non_blocking=True)
+        with torch.cuda.stream(down):
+            pinned2.copy_(d2, non_blocking=True)
+
+    out["duplex_gbps"] = bw(both)
+    del pinned2, d2
     if peer:
         d1 = torch.empty(n, dtype=torch.uint8, device=torch.device("cuda", 1))
         out["peer_gbps"] = bw(lambda: d1.copy_(d, non_blocking=True))
@@ -333,7 +356,7 @@ class Parent:
     def out_of_time(self):
         return time.time() - self.t_start > self.o.deadline
 
-    def run(self, label, args, shim_env=None, timeout=180):
+    def run(self, label, args, shim_env=None, timeout=180, launch_log=None):
         if self.out_of_time():
             self.notes.append("%s: not run (past the %d s deadline)" % (label, self.o.deadline))
             return None, None
@@ -346,6 +369,8 @@ class Parent:
             os.unlink(stats_path)
             env["LD_PRELOAD"] = self.o.lib
             env["GVM_STATS"] = stats_path
+            if launch_log:
+                env["GVM_LAUNCH_LOG"] = launch_log
             env.update(shim_env)
         cmd = [sys.executable, os.path.abspath(__file__), "--child", json.dumps(args)]
         shown = " ".join("%s=%s" % kv for kv in sorted((shim_env or {}).items()))
@@ -390,6 +415,60 @@ def compare_to_fit(row, fit, limit, link):
         lb_extra_ms = off / (link * 1e9) * 1e3
         row["bound_ms"] = row["fit_ms"] + lb_extra_ms
         row["added_over_bound"] = (row["step_ms"] - row["fit_ms"]) / lb_extra_ms
+
+
+def load_optimal():
+    """scripts/probe/optimal.py, the yardstick, imported by path."""
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts", "probe", "optimal.py")
+    spec = importlib.util.spec_from_file_location("gvm_optimal", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def yardstick_link(mode, links):
+    """The link a mode's spills cross, for the yardstick: host modes, H2D
+    and D2H with the rate measured with both running; peer, the peer rate
+    each way at once (NVLink and PCIe are full duplex; not measured)."""
+    if mode.startswith("peer"):
+        if not links.get("peer_gbps"):
+            return None
+        return {"h2d": links["peer_gbps"], "d2h": links["peer_gbps"]}
+    if not links.get("h2d_gbps") or not links.get("d2h_gbps"):
+        return None
+    link = {"h2d": links["h2d_gbps"], "d2h": links["d2h_gbps"]}
+    if links.get("duplex_gbps"):
+        link["h2d_duplex"] = link["d2h_duplex"] = links["duplex_gbps"]
+    return link
+
+
+def compare_to_optimal(row, log, limit, link, notes, steps_run):
+    """The row's step against the optimal schedule of the same workload's
+    own launch sequence (Belady's MIN, copies both ways at once,
+    scripts/probe/optimal.py), from the launch log of a run of it."""
+    if not row.get("fit_ms") or not link:
+        return
+    if not log or not os.path.exists(log):
+        notes.append("%s %.2fx: no launch log, no optimal step" % (row["mode"], row["ratio"]))
+        return
+    try:
+        # To a peer, kernels read spilled data in place (swap_in=host): the
+        # yardstick may too.
+        # About how many launches a step makes, so a loop found spanning
+        # two steps (buffers alternating) counts per step.
+        per_step = row.get("launches_scanned", 0) / float(steps_run) if steps_run else None
+        y = load_optimal().from_log(log, limit, row["fit_ms"], link, bypass=row["mode"].startswith("peer"),
+                                    step_launches=per_step or None)
+    except (OSError, ValueError) as e:
+        notes.append("%s %.2fx: optimal step not computed: %s" % (row["mode"], row["ratio"], e))
+        return
+    if y["log"]["partial"] or y["log"]["dropped"]:
+        notes.append("%s %.2fx: the launch log has %d launches scanned in part, %d records dropped"
+                     % (row["mode"], row["ratio"], y["log"]["partial"], y["log"]["dropped"]))
+    row.update({"optimal_ms": y["optimal_ms"], "ratio_to_optimal": row["step_ms"] / y["optimal_ms"],
+                "min_in_bytes": y["min_in_bytes"], "min_out_bytes": y["min_out_bytes"],
+                "lru_in_bytes": y["lru_in_bytes"], "loop_launches": y["launches"], "loop_steps": y["steps_per_period"],
+                "period_miss": y["period_miss"]})
 
 
 def traced_row(par, base, rows, native_by_ws, env, limit):
@@ -522,9 +601,15 @@ def main():
                 row["skipped"] = "host memory"
                 continue
             label = "%s %.2fx" % (mode, ratio)
-            full, st = par.run(label, dict(mbase, ws=[ws]), env)
+            # The launch log of the timed run itself (its warm-up and timed
+            # steps: enough repeats to find the step; logging adds a few
+            # stores per launch and writes at exit).
+            logdir = tempfile.mkdtemp(prefix="gvm-spill-log-")
+            log = os.path.join(logdir, "launches.bin")
+            full, st = par.run(label, dict(mbase, ws=[ws]), env, launch_log=log)
             if not isinstance(full, dict) or not full["runs"]:
                 row["skipped"] = "failed or not run"
+                shutil.rmtree(logdir, ignore_errors=True)
                 continue
             r = full["runs"][0]
             row.update({"tensors": r["tensors"], "ws_bytes": r["ws_bytes"], "step_ms": 1e3 * median(r["step_s"]),
@@ -545,6 +630,8 @@ def main():
                     row["moved_per_step"] = moved / float(o.steps + mbase["warmup"])
                     row["moved_includes_setup"] = True
             compare_to_fit(row, fit, limit, link)
+            compare_to_optimal(row, log, limit, yardstick_link(mode, links), par.notes, o.steps + mbase["warmup"])
+            shutil.rmtree(logdir, ignore_errors=True)
 
     if not o.no_trace:
         row = traced_row(par, base, rows, native_by_ws, modes[0][1], limit)
@@ -578,17 +665,19 @@ def main():
     print("device %s, workload %s, limit %s, tensors of %d MiB, link H2D %.1f GB/s%s"
           % (native["device"], o.workload, o.limit, o.tensor_mib, links.get("h2d_gbps", 0),
              ", peer %.1f GB/s" % links["peer_gbps"] if links.get("peer_gbps") else ""))
-    print("%-10s %6s %9s %9s %9s %8s %10s %9s %9s %5s" % ("spill", "x lim", "WS GiB", "step ms", "fits ms",
-                                                        "x fits", "moved GiB", "add/bnd", "UVM ms", "ok"))
+    print("%-10s %6s %9s %9s %9s %8s %10s %9s %9s %7s %9s %5s"
+          % ("spill", "x lim", "WS GiB", "step ms", "fits ms", "x fits", "moved GiB", "add/bnd", "opt ms", "x opt",
+             "UVM ms", "ok"))
     for row in rows:
         if row.get("skipped") or "step_ms" not in row:
             print("%-10s %6.2f  skipped (%s)" % (row["mode"], row["ratio"], row.get("skipped", "?")))
             continue
         f = lambda v, fmt: (fmt % v) if isinstance(v, (int, float)) else "-"  # noqa: E731
-        print("%-10s %6.2f %9.2f %9.1f %9s %8s %10s %9s %9s %5s"
+        print("%-10s %6.2f %9.2f %9.1f %9s %8s %10s %9s %9s %7s %9s %5s"
               % (row["mode"], row["ratio"], row["ws_bytes"] / GiB, row["step_ms"], f(row.get("fit_ms"), "%.1f"),
                  f(row.get("ratio_to_fit"), "%.2f"), f(row.get("moved_per_step", 0) / GiB, "%.2f"),
-                 f(row.get("added_over_bound"), "%.2f"), f(row.get("managed_ms"), "%.1f"),
+                 f(row.get("added_over_bound"), "%.2f"), f(row.get("optimal_ms"), "%.1f"),
+                 f(row.get("ratio_to_optimal"), "%.2f"), f(row.get("managed_ms"), "%.1f"),
                  {True: "yes", False: "NO", None: "-"}[row.get("checksum_ok")]))
     for n in par.notes:
         print("note: " + n)

@@ -154,7 +154,12 @@
       "way first (0.1 to 100)")                                                \
     X(share_wait, millis, "2s", live,                                          \
       "how long an allocation waits for other processes to give memory back " \
-      "before it spills this process's own least recently used memory")
+      "before it spills this process's own least recently used memory")        \
+    X(launch_log, string, "", start,                                           \
+      "a path (%p: the process id) to write at exit which allocations each "   \
+      "scanned kernel launch reached, in order, for "                          \
+      "scripts/probe/optimal.py (launches are scanned with track_launches: "   \
+      "by default while spill is on); empty: off")
 
 /* Types that are a set of words: E(type, VALUES), where VALUES(V) lists
  * V(ENUMERATOR, word). The C enum is enum gvm_cfg_<type>, in list order. */

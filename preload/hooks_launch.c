@@ -15,6 +15,7 @@
 #include "policy/prefetch.h"
 #include "policy/spill.h"
 #include "policy/tags.h"
+#include "preload/launchlog.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -229,6 +230,8 @@ static void note_uses(const struct used *u, CUresult rc, CUstream s, bool per_th
 
 static void release(struct used *u, CUresult rc, CUstream s, bool per_thread)
 {
+    if (__builtin_expect(__atomic_load_n(&gvm_launch_log_on, __ATOMIC_ACQUIRE), 0) && rc == CUDA_SUCCESS)
+        gvm_launch_log_record(u->r, u->n, s, per_thread, u->partial);
     if (gvm_usemark_on()) note_uses(u, rc, s, per_thread);
     for (int i = 0; i < u->n; i++) gvm_use_end(u->r[i]);
     if (u->partial) gvm_move_gate_leave();   /* after the stamp: a move begun now waits for the launch */

@@ -11,6 +11,7 @@
 #include "core/topo.h"
 #include "core/trace.h"
 #include "preload/control.h"
+#include "preload/launchlog.h"
 #include "policy/config.h"
 #include "policy/derive.h"
 #include "policy/place.h"
@@ -119,6 +120,27 @@ static void start_trace(void)
         gvm_warn("cannot write the trace to %s: %s", path, strerror(errno));
 }
 
+/* Only launches the scanner reads can be logged: with launches not
+ * tracked the log would be empty, which is said rather than written. */
+static void start_launch_log(void)
+{
+    if (!gvm_cfg.launch_log[0]) return;
+    if (!tracks_launches) {
+        gvm_warn("launch_log: kernel launches are not scanned (track_launches=off, or auto with spill off); "
+                 "nothing is logged");
+        return;
+    }
+    if (gvm_launch_log_start()) gvm_warn("launch_log: cannot reserve its buffer: %s", strerror(errno));
+}
+
+static void write_launch_log(void)
+{
+    if (!__atomic_load_n(&gvm_launch_log_on, __ATOMIC_ACQUIRE)) return;
+    char path[GVM_CFG_PATH_MAX + 32];
+    if (gvm_launch_log_write(gvm_cfg.launch_log, path, sizeof path))
+        gvm_warn("cannot write the launch log to %s: %s", path, gvm_outfile_why(errno));
+}
+
 static void start_core(void)
 {
     CUcontext ctx = NULL;
@@ -146,6 +168,7 @@ static void start_core(void)
     __atomic_store_n(&core_state, 1, __ATOMIC_RELEASE);
     gvm_info("serving allocations on %d device(s)", gvm_topo.ndev);
     start_trace();
+    start_launch_log();
     if (gvm_cfg.control) gvm_control_start();
 }
 
@@ -224,6 +247,7 @@ __attribute__((constructor)) static void gvm_shim_configure(void) { configured_n
 __attribute__((destructor)) static void gvm_shim_report(void)
 {
     gvm_trace_stop();
+    if (!forked) write_launch_log();
     /* A process that never reached the driver has nothing to say, nor a
      * forked child that did not serve allocations itself. */
     if (!gvm_cfg.stats[0] || __atomic_load_n(&driver_state, __ATOMIC_ACQUIRE) <= 0) return;
