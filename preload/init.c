@@ -120,14 +120,14 @@ static void start_trace(void)
         gvm_warn("cannot write the trace to %s: %s", path, strerror(errno));
 }
 
-/* Only launches the scanner reads can be logged: with launches not
- * tracked the log would be empty, which is said rather than written. */
+/* Only launches the scanner reads can be logged (those while spill is on,
+ * with track_launches=auto): with launches not even hooked the log would
+ * be empty, which is said rather than written. */
 static void start_launch_log(void)
 {
     if (!gvm_cfg.launch_log[0]) return;
-    if (!tracks_launches) {
-        gvm_warn("launch_log: kernel launches are not scanned (track_launches=off, or auto with spill off); "
-                 "nothing is logged");
+    if (!hooks_launches) {
+        gvm_warn("launch_log: kernel launches are not scanned (track_launches=off); nothing is logged");
         return;
     }
     if (gvm_launch_log_start()) gvm_warn("launch_log: cannot reserve its buffer: %s", strerror(errno));

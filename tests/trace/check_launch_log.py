@@ -67,12 +67,12 @@ def main():
             launches, _, info = optimal.read_log(many)
             check(len(launches) == 3 * N * STEPS + 1 and info["records"] == 3 * N * STEPS + 1
                   and info["dropped"] == 0, "three threads: %d launches, %s" % (len(launches), info))
-        # Launches not scanned (spill off, track_launches auto): said, nothing written.
+        # Launches not hooked (track_launches off): said, nothing written.
         quiet = os.path.join(tmp, "off.bin")
-        off = dict(env, GVM_LAUNCH_LOG=quiet, GVM_SPILL="off", GVM_DEVICE_LIMIT="none")
+        off = dict(env, GVM_LAUNCH_LOG=quiet, GVM_TRACK_LAUNCHES="off")
         p = subprocess.run([prog, str(N), "2"], env=off, capture_output=True, text=True, timeout=120)
         check(p.returncode == 0 and not os.path.exists(quiet) and "launches are not scanned" in p.stderr,
-              "spill off: a warning, no log (%s)" % p.stderr.strip()[-200:])
+              "launches not hooked: a warning, no log (%s)" % p.stderr.strip()[-200:])
         # A symlink at the path is never followed: a warning, the program unharmed.
         target, link_path = os.path.join(tmp, "target"), os.path.join(tmp, "link.bin")
         open(target, "w").close()
