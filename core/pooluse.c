@@ -15,7 +15,7 @@ static bool on_device(int dev) { return dev >= 0 && dev < GVM_MAX_DEVICES; }
 
 static uint64_t round_up(uint64_t v, uint64_t unit) { return (v + unit - 1) / unit * unit; }
 
-/* What live allocations hold at least: their bytes in whole granules. */
+/* What live allocations hold at least: their bytes in whole chunks. */
 static uint64_t floor_of(const struct pool_figures *p) { return round_up(p->used, GVM_POOLUSE_GRANULE); }
 
 /* Whether a synchronize would change p: it keeps more than its floor, or
@@ -31,8 +31,6 @@ static void note_change(struct pool_figures *p, bool was_keeping)
     if (p->used > p->used_high) p->used_high = p->used;
     if (p->reserved > p->reserved_high) p->reserved_high = p->reserved;
 }
-
-uint64_t gvm_pooluse_rounded(size_t size) { return round_up(size, GVM_POOLUSE_ALIGN); }
 
 void gvm_pooluse_alloc(int dev, uint64_t counted)
 {
@@ -89,7 +87,7 @@ void gvm_pooluse_sync(int dev, uint64_t threshold)
     bool was = keeps_extra(p);
     p->unsettled = 0;
     note_change(p, was);
-    /* The pool keeps up to the threshold, in whole granules. */
+    /* The pool keeps up to the threshold, in whole chunks. */
     if (p->reserved > threshold) release_to(p, round_up(threshold, GVM_POOLUSE_GRANULE), floor_of(p));
     pthread_mutex_unlock(&lock);
 }

@@ -5,20 +5,23 @@
  * memory_reserved(), CuPy's MemoryAsyncPool as total/used/free bytes) and
  * expects the driver's figures for the same sequence of calls.
  *
- * The driver's model, per pool:
- *   used     the live allocations, each rounded up to GVM_POOLUSE_ALIGN;
+ * The driver's model, per pool (as measured on an H200, driver 580.159,
+ * by gpu tests gpu-pointer-answers and gpu-torch-async-pool):
+ *   used     the live allocations' sizes exactly as requested, unrounded;
  *   reserved used plus freed bytes the pool keeps: it grows by whole
- *            granules (GVM_POOLUSE_GRANULE) when the free bytes it keeps
- *            cannot hold an allocation, and shrinks only at a synchronize
- *            (down to the release threshold, never below the granules live
+ *            32 MiB chunks (GVM_POOLUSE_GRANULE) when the free bytes it
+ *            keeps cannot hold an allocation, and shrinks only at a synchronize
+ *            (down to the release threshold, never below the chunks live
  *            allocations hold) or a trim (down to what is asked, never
  *            below what live allocations and frees no synchronize has
- *            settled yet hold);
+ *            settled yet hold), in whole chunks;
  *   highs    the most of each since the start or the last reset.
  * Freed bytes are reused by any stream: what the default reuse flags give
  * once the free's work has run (opportunistic reuse); with the flags off,
- * the driver maps a new granule for another stream where this model does
- * not.
+ * the driver maps a new chunk for another stream where this model does
+ * not. Bytes are fungible across chunks here: the driver places each
+ * allocation inside one chunk, so fragmentation can make it map a chunk
+ * this model does not.
  * Pure arithmetic: which pool and when is the caller's (preload/hooks_mem.c).
  * gpu test gpu-cupy-pools compares every figure with the driver's. */
 #ifndef GVM_POOLUSE_H
@@ -30,8 +33,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define GVM_POOLUSE_ALIGN ((uint64_t)512)
-#define GVM_POOLUSE_GRANULE ((uint64_t)2 << 20)
+/* The chunk a pool maps and releases memory in (CuPy's MemoryAsyncPool
+ * notes the same 32 MiB steps). */
+#define GVM_POOLUSE_GRANULE ((uint64_t)32 << 20)
 
 enum gvm_pooluse_figure {
     GVM_POOLUSE_USED,
@@ -40,16 +44,13 @@ enum gvm_pooluse_figure {
     GVM_POOLUSE_RESERVED_HIGH,
 };
 
-/* The bytes an allocation of size counts for in its pool. */
-uint64_t gvm_pooluse_rounded(size_t size);
-
-/* An allocation of counted bytes (gvm_pooluse_rounded) on dev's default
+/* An allocation of counted bytes (its size as requested) on dev's default
  * pool, and its free (in stream order or not: settled at a synchronize). */
 void gvm_pooluse_alloc(int dev, uint64_t counted);
 void gvm_pooluse_free(int dev, uint64_t counted);
 
 /* Whether a synchronize would change some pool (it keeps more than its
- * live allocations' granules, or has frees to settle): one load, for the
+ * live allocations' chunks, or has frees to settle): one load, for the
  * synchronize hooks' fast path; and whether it would change dev's. */
 bool gvm_pooluse_releasable(void);
 bool gvm_pooluse_keeps_extra(int dev);
@@ -58,7 +59,7 @@ bool gvm_pooluse_keeps_extra(int dev);
  * than threshold bytes (its RELEASE_THRESHOLD) releases down to it. */
 void gvm_pooluse_sync(int dev, uint64_t threshold);
 
-/* cuMemPoolTrimTo(pool, keep): releases settled free granules until the
+/* cuMemPoolTrimTo(pool, keep): releases settled free chunks until the
  * pool reserves no more than keep. */
 void gvm_pooluse_trim(int dev, uint64_t keep);
 

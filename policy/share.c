@@ -42,7 +42,7 @@
 #define RESIDENCE_MS 1000
 #define HUNG_MS 2000
 #define PULL_MS 200          /* a busy process with memory off the device asks at most this often */
-#define CONTEXT_MARGIN ((size_t)1 << 30)
+#define MARGIN ((size_t)512 << 20)   /* room for a new context, and what moves meanwhile */
 #define MS 1000000ull
 
 struct dev_share {
@@ -73,13 +73,19 @@ bool gvm_share_active(int d)
 
 /* ---- the numbers ---------------------------------------------------------- */
 
+/* An explicit share_budget is what the participants hold through gvmshim
+ * together: their contexts, and every other process's memory, come on top
+ * (as a device limit leaves the context out). Without one, the budget is
+ * whatever the device has beside the memory nobody here holds through
+ * gvmshim (contexts, processes without the shim, libraries' own), less a
+ * margin. */
 static size_t budget_of(const struct gvm_config *cfg, int d)
 {
     size_t total = gvm_topo.dev[d].total;
     size_t b = gvm_cfg_device_value(&cfg->share_budget, d, total);
-    if (b == SIZE_MAX) b = total > CONTEXT_MARGIN ? total - CONTEXT_MARGIN : total / 2;
+    if (b != SIZE_MAX) return b;
     size_t outside = __atomic_load_n(&sh[d].outside, __ATOMIC_RELAXED);
-    return b > outside ? b - outside : 0;
+    return total > outside + MARGIN ? total - outside - MARGIN : 0;
 }
 
 static size_t configured_limit(const struct gvm_config *cfg, int d)
@@ -147,15 +153,15 @@ static size_t can_give(size_t held, size_t min, bool idle, bool settling, uint64
     return held > keep ? held - keep : 0;
 }
 
-/* This process's part of `deficit`, for the request of peer `asker`. */
-static size_t my_part(const struct gvm_share_peer *p, int n, int asker, const struct me *me, size_t deficit,
-                      size_t budget, uint64_t now)
+/* The givers for a request of `asker` (-1: this process), in the order
+ * they give; returns how many. */
+static int givers(const struct gvm_share_peer *p, int n, int asker, const struct me *me, size_t budget, uint64_t now,
+                  struct giver *g)
 {
-    struct giver g[GVM_SHARE_SLOTS + 1];
     int k = 0;
-    uint64_t busy_weights = p[asker].weight;   /* the asker is busy: it allocates */
+    uint64_t busy_weights = asker >= 0 ? p[asker].weight : me->weight;   /* the asker is busy */
     bool me_idle = now - me->active_ns > IDLE_MS * MS;
-    if (!me_idle) busy_weights += me->weight;
+    if (asker >= 0 && !me_idle) busy_weights += me->weight;
     for (int i = 0; i < n; i++)
         if (i != asker && now - p[i].beat_ns <= HUNG_MS * MS && now - p[i].active_ns <= IDLE_MS * MS)
             busy_weights += p[i].weight;
@@ -166,16 +172,40 @@ static size_t my_part(const struct gvm_share_peer *p, int n, int asker, const st
         g[k++] = (struct giver){p[i].pid, can_give(p[i].held, p[i].min, idle, settling, p[i].weight, busy_weights,
                                                    budget), idle, p[i].weight};
     }
-    bool settling = now - me->grew_ns < RESIDENCE_MS * MS;
-    g[k++] = (struct giver){0, can_give(me->held, me->min, me_idle, settling, me->weight, busy_weights, budget),
-                            me_idle, me->weight};
+    if (asker >= 0) {
+        bool settling = now - me->grew_ns < RESIDENCE_MS * MS;
+        g[k++] = (struct giver){0, can_give(me->held, me->min, me_idle, settling, me->weight, busy_weights, budget),
+                                me_idle, me->weight};
+    }
     qsort(g, (size_t)k, sizeof *g, giver_order);
+    return k;
+}
+
+/* This process's part of `deficit`, for the request of peer `asker`. */
+static size_t my_part(const struct gvm_share_peer *p, int n, int asker, const struct me *me, size_t deficit,
+                      size_t budget, uint64_t now)
+{
+    struct giver g[GVM_SHARE_SLOTS + 1];
+    int k = givers(p, n, asker, me, budget, now, g);
     for (int i = 0; i < k && deficit; i++) {
         size_t take = g[i].can < deficit ? g[i].can : deficit;
         if (g[i].pid == 0) return take;
         deficit -= take;
     }
     return 0;
+}
+
+/* What the others would give this process now: asking when nobody can
+ * would only make the allocation wait out share_wait. */
+static size_t others_can_give(const struct gvm_config *cfg, int d, const struct gvm_share_peer *p, int n,
+                              uint64_t now)
+{
+    struct me me = {gvm_policy_usage(d), cfg->share_min, weight_of(cfg), now, now};
+    struct giver g[GVM_SHARE_SLOTS + 1];
+    int k = givers(p, n, -1, &me, budget_of(cfg, d), now, g);
+    size_t sum = 0;
+    for (int i = 0; i < k; i++) sum += g[i].can;
+    return sum;
 }
 
 /* ---- the round --------------------------------------------------------------- */
@@ -285,7 +315,8 @@ void gvm_share_make_room(int d, size_t need)
     struct gvm_share_peer p[GVM_SHARE_SLOTS];
     int n = gvm_share_peers(&s->f, p);
     size_t held = gvm_policy_usage(d), budget = budget_of(cfg, d);
-    if (held + others_held(p, n) + need > budget && held + need <= configured_limit(cfg, d)) {
+    if (held + others_held(p, n) + need > budget && held + need <= configured_limit(cfg, d) &&
+        others_can_give(cfg, d, p, n, now_ns())) {
         uint64_t start = now_ns(), wait = cfg->share_wait * MS;
         GVM_SHARE_SET(&s->f, active_ns, start);
         GVM_SHARE_SET(&s->f, want, need);

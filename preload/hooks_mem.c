@@ -25,10 +25,10 @@ static void forget_ordered(uintptr_t p)
     if (gvm_tally_take(&ordered_live, p, &dev, &bytes)) gvm_pooluse_free(dev, bytes);
 }
 
+/* The driver counts a pool allocation at its requested size, unrounded. */
 static void remember_ordered(uintptr_t p, int dev, size_t size)
 {
-    uint64_t counted = gvm_pooluse_rounded(size);
-    if (gvm_tally_add(&ordered_live, p, dev, counted)) gvm_pooluse_alloc(dev, counted);
+    if (gvm_tally_add(&ordered_live, p, dev, size)) gvm_pooluse_alloc(dev, size);
 }
 
 void gvm_shim_ordered_forget(int dev)

@@ -182,9 +182,11 @@ static CUresult import_new(const struct gvm_ipc_handle *h, CUdevice dev, unsigne
     if (!m) return CUDA_ERROR_OUT_OF_MEMORY;
     int conn = gvm_ctl_connect_import(h->endpoint);
     if (conn < 0) {
+        /* Natively a handle whose exporter exited answers
+         * CUDA_ERROR_INVALID_HANDLE (two H200s, driver 580: gpu-ipc-users). */
         gvm_debug("ipc: exporter %016llx unreachable: %s", (unsigned long long)h->endpoint, strerror(-conn));
         free(m);
-        return CUDA_ERROR_INVALID_VALUE;
+        return CUDA_ERROR_INVALID_HANDLE;
     }
     struct pieces p = {0};
     CUresult rc = fetch(conn, h, &p);

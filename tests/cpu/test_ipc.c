@@ -546,7 +546,7 @@ static void exporter_exits_first(void)
     EXPECT(NULL, "0", "close %#llx", q);
     EXPECT(NULL, before, "counts");
     /* Nobody serves the handle any more: the error of a stale handle. */
-    EXPECT(NULL, "1", "open %s", hex);
+    EXPECT(NULL, "400", "open %s", hex);
     EXPECT(NULL, before, "counts");
 }
 
@@ -600,7 +600,7 @@ static void forged_and_foreign_handles(void)
     forged.endpoint ^= 0x5a5a;
     gvm_ipc_encode(&forged, b);
     to_hex(b, sizeof b, hex);
-    EXPECT(&c, "1", "open %s", hex);
+    EXPECT(&c, "400", "open %s", hex);
     /* Lies about the allocation's shape. */
     forged = h;
     forged.extent *= 2;
@@ -768,7 +768,7 @@ static void killed_exporter_with_forked_child(void)
     int status;
     CHECK_EQ(waitpid(c.pid, &status, 0), c.pid);
     alarm(20);
-    EXPECT(NULL, "1", "open %s", hex);
+    EXPECT(NULL, "400", "open %s", hex);
     alarm(0);
     kill(child, SIGKILL);
     fclose(c.to);
@@ -924,7 +924,7 @@ static void another_user_with_forged_and_stale_handles(void)
     f = h;
     f.endpoint ^= 0x8001;
     encode_hex(&f, forged_hex);
-    EXPECT(&c, "1", "open %s", forged_hex);
+    EXPECT(&c, "400", "open %s", forged_hex);
     EXPECT(&c, before, "counts");
     /* The exporter said nothing about them: no hint for a guesser. */
     CHECK(!file_mentions(log, logged, "ipc"));
@@ -940,7 +940,7 @@ static void another_user_with_forged_and_stale_handles(void)
     CHECK(!strncmp(a2, "ok ", 3));
     snprintf(hex, sizeof hex, "%s", a2 + 3);
     CHECK_EQ(finish(&e, "exit"), 0);
-    EXPECT(&c, "1", "open %s", hex);
+    EXPECT(&c, "400", "open %s", hex);
     EXPECT(&c, before, "counts");
     CHECK_EQ(finish(&c, "exit"), 0);
     unlink(log);
