@@ -87,8 +87,10 @@ void gvm_pooluse_sync(int dev, uint64_t threshold)
     bool was = keeps_extra(p);
     p->unsettled = 0;
     note_change(p, was);
-    /* The pool keeps up to the threshold, in whole chunks. */
-    if (p->reserved > threshold) release_to(p, round_up(threshold, GVM_POOLUSE_GRANULE), floor_of(p));
+    /* The pool releases whole chunks until it holds no more than the
+     * threshold, as a trim to it would (a 32 MiB chunk kept above a
+     * smaller threshold would defeat it). */
+    if (p->reserved > threshold) release_to(p, threshold / GVM_POOLUSE_GRANULE * GVM_POOLUSE_GRANULE, floor_of(p));
     pthread_mutex_unlock(&lock);
 }
 

@@ -10,11 +10,11 @@
  *   used     the live allocations' sizes exactly as requested, unrounded;
  *   reserved used plus freed bytes the pool keeps: it grows by whole
  *            32 MiB chunks (GVM_POOLUSE_GRANULE) when the free bytes it
- *            keeps cannot hold an allocation, and shrinks only at a synchronize
- *            (down to the release threshold, never below the chunks live
- *            allocations hold) or a trim (down to what is asked, never
- *            below what live allocations and frees no synchronize has
- *            settled yet hold), in whole chunks;
+ *            keeps cannot hold an allocation, and shrinks by whole chunks
+ *            only at a synchronize (to no more than the release
+ *            threshold, never below the chunks live allocations hold) or
+ *            a trim (to no more than what is asked, never below what live
+ *            allocations and frees no synchronize has settled yet hold);
  *   highs    the most of each since the start or the last reset.
  * Freed bytes are reused by any stream: what the default reuse flags give
  * once the free's work has run (opportunistic reuse); with the flags off,

@@ -103,7 +103,11 @@ static const struct pt_attr pt_attrs[] = {
  * MAPPING_* attributes name the driver's own block of cuMemAlloc memory
  * (on an H100, driver 580: the 2 MiB block holding a small allocation,
  * the allocation rounded to 2 MiB for a large one), which gvmshim follows
- * (its chunk, its rounded allocation) but whose placement it cannot copy. */
+ * (its chunk, its rounded allocation) but whose placement it cannot copy;
+ * for a default pool's allocation they name the pool's 32 MiB chunk
+ * holding it (an H200, driver 580.159: 33554432 for the pool.large case),
+ * a chunk gvmshim does not map (it serves each pool allocation on its own
+ * mapping: core/pooluse.h models the pool's figures only). */
 static const char *const pt_known_differences[][2] = {
     {"", "P2P_TOKENS"},
     {"", "MAPPING_BASE_ADDR"},

@@ -117,9 +117,10 @@ static int cupy_sequence(void)
     REC(D(cuMemFreeAsync, p2, s));
     REC(D(cuStreamSynchronize, s));
     show("its stream synchronized", pool);
-    /* An odd size, and one past a granule: the pool maps another chunk. */
+    /* An odd size, counted unrounded, and one past a 32 MiB chunk: the
+     * pool maps two more. */
     REC(D(cuMemAllocAsync, &p1, 100, NULL));
-    REC(D(cuMemAllocAsync, &p2, 3 * MiB + 1, NULL));
+    REC(D(cuMemAllocAsync, &p2, 32 * MiB + 1, NULL));
     show("odd sizes", pool);
     REC(D(cuMemFree_v2, p2));
     REC(D(cuMemFreeAsync, p1, NULL));
@@ -136,14 +137,14 @@ static int cupy_sequence(void)
 static int settings_sequence(void)
 {
     CUmemoryPool pool = start(0);
-    cuuint64_t threshold = 3 * MiB, v = 0;
+    cuuint64_t threshold = 40 * MiB, v = 0;
     CUdeviceptr p = 0, q = 0;
     REC(D(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
     REC(D(cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &v));
     printf("threshold %llu\n", (unsigned long long)v);
-    REC(D(cuMemAllocAsync, &p, 8 * MiB, NULL));
+    REC(D(cuMemAllocAsync, &p, 72 * MiB, NULL));
     REC(D(cuMemAllocFromPoolAsync, &q, 1 * MiB, pool, NULL));
-    show("9 MiB", pool);
+    show("73 MiB", pool);
     REC(D(cuMemFreeAsync, p, NULL));
     REC(D(cuMemFreeAsync, q, NULL));
     show("freed", pool);
@@ -151,12 +152,12 @@ static int settings_sequence(void)
     show("synchronized above the threshold", pool);
     threshold = UINT64_MAX;
     REC(D(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &threshold));
-    REC(D(cuMemAllocAsync, &p, 12 * MiB, NULL));
+    REC(D(cuMemAllocAsync, &p, 48 * MiB, NULL));
     REC(D(cuMemFreeAsync, p, NULL));
     REC(D(cuCtxSynchronize));
     show("kept under an unbounded threshold", pool);
-    REC(D(cuMemPoolTrimTo, pool, 5 * MiB));
-    show("trimmed to 5 MiB", pool);
+    REC(D(cuMemPoolTrimTo, pool, 40 * MiB));
+    show("trimmed to 40 MiB", pool);
     cuuint64_t zero = 0, five = 5;
     REC(D(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_USED_MEM_HIGH, &zero));
     REC(D(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH, &zero));
@@ -269,11 +270,11 @@ static void failures_keep_the_figures(void)
     fail_call("cuMemPoolGetAttribute", 1, CUDA_ERROR_INVALID_VALUE);
     CHECK_EQ(D(cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved), CUDA_ERROR_INVALID_VALUE);
     CHECK_EQ(D(cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved), CUDA_SUCCESS);
-    CHECK_EQ(reserved, 4 * MiB);
+    CHECK_EQ(reserved, 32 * MiB);
     fail_call("cuMemPoolGetAttribute", 1, CUDA_ERROR_INVALID_VALUE);   /* gvmshim's read of the threshold */
     CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
     CHECK_EQ(D(cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved), CUDA_SUCCESS);
-    CHECK_EQ(reserved, 4 * MiB);
+    CHECK_EQ(reserved, 32 * MiB);
     CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
     CHECK_EQ(D(cuMemPoolGetAttribute, pool, CU_MEMPOOL_ATTR_RESERVED_MEM_CURRENT, &reserved), CUDA_SUCCESS);
     CHECK_EQ(reserved, 0);
@@ -372,13 +373,13 @@ static void same_with_and_without_shim(const char *mode, const char *const *expe
 static void cupy_async_pool_figures(void)
 {
     static const char *const expect[] = {
-        "p1: used=0/1024 used_high=0/1024 reserved=0/2097152",
-        "del p1: used=0/0 used_high=0/3072 reserved=0/2097152",
+        "p1: used=0/1024 used_high=0/1024 reserved=0/33554432",
+        "del p1: used=0/0 used_high=0/3072 reserved=0/33554432",
         "free_all_blocks: used=0/0 used_high=0/3072 reserved=0/0",
-        "trim before a sync: used=0/0 used_high=0/3072 reserved=0/2097152",
+        "trim before a sync: used=0/0 used_high=0/3072 reserved=0/33554432",
         "sync and trim: used=0/0 used_high=0/3072 reserved=0/0",
-        "odd sizes: used=0/3146752 used_high=0/3146752 reserved=0/6291456",
-        "freed and synchronized: used=0/0 used_high=0/3146752 reserved=0/0",
+        "odd sizes: used=0/33554533 used_high=0/33554533 reserved=0/100663296",
+        "freed and synchronized: used=0/0 used_high=0/33554533 reserved=0/0",
         NULL};
     same_with_and_without_shim("cupy", expect);
 }
@@ -386,11 +387,12 @@ static void cupy_async_pool_figures(void)
 static void pool_settings_and_highs(void)
 {
     static const char *const expect[] = {
-        "threshold 3145728",
-        "synchronized above the threshold: used=0/0 used_high=0/9437184 reserved=0/4194304",
-        "kept under an unbounded threshold: used=0/0 used_high=0/12582912 reserved=0/16777216",
-        "trimmed to 5 MiB: used=0/0 used_high=0/12582912 reserved=0/4194304",
-        "highs reset: used=0/0 used_high=0/0 reserved=0/4194304 reserved_high=0/4194304",
+        "threshold 41943040",
+        "73 MiB: used=0/76546048 used_high=0/76546048 reserved=0/100663296",
+        "synchronized above the threshold: used=0/0 used_high=0/76546048 reserved=0/33554432",
+        "kept under an unbounded threshold: used=0/0 used_high=0/76546048 reserved=0/100663296",
+        "trimmed to 40 MiB: used=0/0 used_high=0/76546048 reserved=0/33554432",
+        "highs reset: used=0/0 used_high=0/0 reserved=0/33554432 reserved_high=0/33554432",
         "opportunistic 1",
         "opportunistic 0",
         "follow_event_dependencies 0",
@@ -403,7 +405,7 @@ static void a_reset_empties_the_pool(void)
 {
     static const char *const expect[] = {
         "after the reset: used=0/0 used_high=0/0 reserved=0/0 reserved_high=0/0",
-        "a new allocation: used=0/1048576 used_high=0/1048576 reserved=0/2097152",
+        "a new allocation: used=0/1048576 used_high=0/1048576 reserved=0/33554432",
         NULL};
     same_with_and_without_shim("reset", expect);
 }
@@ -411,9 +413,9 @@ static void a_reset_empties_the_pool(void)
 static void pools_the_program_made_and_other_devices(void)
 {
     static const char *const expect[] = {
-        "mine: used=0/5245952 used_high=0/5245952 reserved=0/8388608",
+        "mine: used=0/5245952 used_high=0/5245952 reserved=0/33554432",
         "default: used=0/0 used_high=0/0 reserved=0/0",
-        "device 1: used=0/6291456 used_high=0/6291456 reserved=0/6291456",
+        "device 1: used=0/6291456 used_high=0/6291456 reserved=0/33554432",
         "device 1 freed: used=0/0 used_high=0/6291456 reserved=0/0",
         NULL};
     same_with_and_without_shim("other", expect);

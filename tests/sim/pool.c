@@ -3,22 +3,23 @@
  * backend, CuPy's MemoryAsyncPool):
  *   used      live allocations at their requested sizes, unrounded;
  *   reserved  grows by whole 32 MiB chunks when the pool's free bytes
- *             cannot hold an allocation; at a synchronize, released down
- *             to the release threshold (in chunks, never below the
- *             chunks live allocations hold); at cuMemPoolTrimTo(keep),
+ *             cannot hold an allocation; at a synchronize, released to
+ *             no more than the release threshold (in chunks, never below
+ *             the chunks live allocations hold); at cuMemPoolTrimTo(keep),
  *             down to keep or below, never below what live allocations and
  *             frees no synchronize settled yet hold;
  *   highs     the most of each, reset to the current figure by setting 0.
  * The release threshold (default 0) and the reuse flags (default on) are
- * kept as set. As measured on an H200, driver 580.159 (gpu tests
- * gpu-pointer-answers, gpu-torch-async-pool). Every pool handle gets its figures on first use (the sim's
- * pools are handles only: device.c). */
+ * kept as set. The chunk and the unrounded sizes are as measured on an
+ * H200, driver 580.159 (gpu tests gpu-pointer-answers,
+ * gpu-torch-async-pool). Every pool handle gets its figures on first use
+ * (the sim's pools are handles only: device.c). */
 #include "sim.h"
 
 #include <pthread.h>
 
 /* The chunk a pool maps and releases memory in; VMM granularity
- * (SIM_POOL_CHUNK) is another thing. */
+ * (SIM_GRANULE) is another thing. */
 #define SIM_POOL_CHUNK ((uint64_t)32 << 20)
 #define SIM_POOLS 64
 
@@ -95,7 +96,7 @@ void sim_pool_settle(void)
         u->unsettled = 0;
         if (!u->pool || u->reserved <= u->threshold)
             continue;
-        uint64_t keep = sim_up(u->threshold, SIM_POOL_CHUNK), floor = sim_up(u->used, SIM_POOL_CHUNK);
+        uint64_t keep = u->threshold / SIM_POOL_CHUNK * SIM_POOL_CHUNK, floor = sim_up(u->used, SIM_POOL_CHUNK);
         if (keep < floor)
             keep = floor;
         if (keep < u->reserved)
@@ -111,7 +112,8 @@ CUresult sim_pool_trim_to(CUmemoryPool pool, size_t keep)
     pthread_mutex_lock(&sim_pool_lock);
     struct sim_pool_use *u = sim_pool_use_of(pool);
     if (u && u->reserved > keep) {
-        uint64_t target = keep / SIM_POOL_CHUNK * SIM_POOL_CHUNK, floor = sim_up(u->used + u->unsettled, SIM_POOL_CHUNK);
+        uint64_t target = keep / SIM_POOL_CHUNK * SIM_POOL_CHUNK;
+        uint64_t floor = sim_up(u->used + u->unsettled, SIM_POOL_CHUNK);
         if (target < floor)
             target = floor;
         if (target < u->reserved)
