@@ -355,17 +355,24 @@ static int run_checkpoint(size_t size)
         auto init = (CUresult (*)(unsigned))dlsym(lib, "cuInit");
         if (!init || init(0) != CUDA_SUCCESS) reason = "cuInit failed in the parent";
     }
-    if (reason.empty()) reason = ckpt_step(lib, "cuCheckpointProcessLock", pid, &lock_s);
+    /* frozen: the child is locked (or checkpointed) and stays so; its CUDA
+     * calls would wait forever, so it is killed instead of asked to check. */
+    bool frozen = false;
     if (reason.empty()) {
+        reason = ckpt_step(lib, "cuCheckpointProcessLock", pid, &lock_s);
+        frozen = reason.empty();
+    }
+    if (frozen) {
         reason = ckpt_step(lib, "cuCheckpointProcessCheckpoint", pid, &ckpt_s);
         if (reason.empty()) reason = ckpt_step(lib, "cuCheckpointProcessRestore", pid, &restore_s);
         double ignored = 0;
         std::string unlock = ckpt_step(lib, "cuCheckpointProcessUnlock", pid, reason.empty() ? &unlock_s : &ignored);
+        frozen = !unlock.empty();
         if (reason.empty()) reason = unlock;
     }
     char ok = 0;
     bool checked = false;
-    if (child_ready && (reason.empty() || reason.find("Unlock") == std::string::npos)) {
+    if (child_ready && !frozen) {
         char go = 1;
         checked = write(down[1], &go, 1) == 1 && read(up[0], &ok, 1) == 1;
     }
