@@ -5,7 +5,8 @@ cudaMemPoolGetAttribute (total_bytes() is RESERVED_MEM_CURRENT,
 used_bytes() USED_MEM_CURRENT, free_bytes() their difference), must be the
 same at every step of the sequences of CuPy's own TestMemoryAsyncPool
 cases, and of a few more (odd sizes, the release threshold, the highs and
-their reset, a trim that keeps some).
+their reset, a trim that keeps some). The driver counts each allocation at
+its requested size and reserves in 32 MiB chunks (core/pooluse.h).
 
   figures_native_vs_shim          every figure at every step, equal
   cupy_assertions                 CuPy's assertions on those figures hold
@@ -16,10 +17,12 @@ their reset, a trim that keeps some).
                                   from CuPy's default pool: natively
                                   out of memory (the pool keeps freed
                                   memory until a synchronize); under the
-                                  shim served (README, stream-ordered
-                                  pools: the difference is deliberate);
-                                  the pool's figures equal in both; after
-                                  free_all_blocks() both serve it
+                                  shim served (docs/how-it-works.md,
+                                  stream-ordered pools: the difference is
+                                  deliberate, expected and printed, not a
+                                  failure); the pool's figures equal in
+                                  both; after free_all_blocks() both serve
+                                  it
   interaction_with_default_pool   70 % held by CuPy's default pool, then
                                   30 % from the async pool: out of memory
                                   in both, served in both once the default
@@ -149,13 +152,14 @@ def child_figures(args):
     s("total_bytes_stream.stream synchronized")
 
     # An odd size (CuPy rounds it to 512), then one raw odd size through the
-    # runtime, one past a granule, many small ones.
+    # runtime (the driver counts it unrounded), one past a 32 MiB chunk, many
+    # small ones.
     clean("odd.start")
     p1 = pool.malloc(100)
     raw = cp.cuda.runtime.mallocAsync(100, cp.cuda.get_current_stream().ptr)
     s("odd.100")
-    p2 = pool.malloc(3 * MiB + 1)
-    s("odd.3MiB+1")
+    p2 = pool.malloc(32 * MiB + 1)
+    s("odd.32MiB+1")
     many = [pool.malloc(4096 * (i + 1)) for i in range(64)]
     s("odd.many")
     del many
@@ -165,24 +169,37 @@ def child_figures(args):
     cp.cuda.Device().synchronize()
     s("odd.synchronized")
 
-    # The release threshold: kept up to it at a synchronize; a trim keeps
-    # what it is asked to.
+    # The release threshold: a synchronize releases whole chunks down to it;
+    # a trim keeps what it is asked to. CuPy's MemoryAsyncPool takes the
+    # release threshold as its own soft limit (set_limit(); its malloc
+    # refuses to grow the pool past it), so these allocations go through the
+    # runtime directly, as other users of the same pool would.
+    cupy_threshold = s.attr(RELEASE_THRESHOLD)
+    ptr = cp.cuda.get_current_stream().ptr
+
+    def alloc_free(size):
+        cp.cuda.runtime.freeAsync(cp.cuda.runtime.mallocAsync(size, ptr), ptr)
+
     clean("threshold.start")
     s.set_attr(RELEASE_THRESHOLD, 5 * MiB)
-    big = pool.malloc(20 * MiB)
-    del big
+    alloc_free(20 * MiB)
+    s("threshold.5MiB freed")
     cp.cuda.Device().synchronize()
     s("threshold.5MiB synchronized")
+    s.set_attr(RELEASE_THRESHOLD, 40 * MiB)
+    alloc_free(72 * MiB)
+    s("threshold.40MiB freed")
+    cp.cuda.Device().synchronize()
+    s("threshold.40MiB synchronized")
     s.set_attr(RELEASE_THRESHOLD, 2 ** 64 - 1)
-    big = pool.malloc(24 * MiB)
-    del big
+    alloc_free(48 * MiB)
     cp.cuda.Device().synchronize()
     s("threshold.unbounded synchronized")
-    cp.cuda.runtime.memPoolTrimTo(s.handle, 7 * MiB)
-    s("threshold.trimmed to 7MiB")
-    s.set_attr(RELEASE_THRESHOLD, 0)
+    cp.cuda.runtime.memPoolTrimTo(s.handle, 40 * MiB)
+    s("threshold.trimmed to 40MiB")
     cp.cuda.runtime.memPoolTrimTo(s.handle, 0)
     s("threshold.trimmed to 0")
+    s.set_attr(RELEASE_THRESHOLD, cupy_threshold)
     s.set_attr(REUSE_OPPORTUNISTIC, 0)
     opportunistic = s.attr(REUSE_OPPORTUNISTIC)
     s.set_attr(REUSE_OPPORTUNISTIC, 1)
@@ -254,7 +271,8 @@ def case_figures():
     same_rows(ref["rows"], got["rows"])
     gt.expect(ref["opportunistic"] == got["opportunistic"] == 0, "reuse flag %s / %s"
               % (ref["opportunistic"], got["opportunistic"]))
-    gt.expect(ref["threshold"] == got["threshold"] == 0, "threshold %s / %s" % (ref["threshold"], got["threshold"]))
+    # CuPy's pool sets the threshold at its start (its limit); restored.
+    gt.expect(ref["threshold"] == got["threshold"], "threshold %s / %s" % (ref["threshold"], got["threshold"]))
 
 
 def case_cupy_assertions():
@@ -277,15 +295,28 @@ def case_cupy_assertions():
 
 def case_large_chunk():
     ref, got = run("large", False).result, run("large", True).result
-    print("  native: %s; shim: %s" % ({k: v for k, v in ref.items() if k != "rows"},
-                                       {k: v for k, v in got.items() if k != "rows"}))
+    for r in ref["rows"]:
+        print("  %-36s total %14d used %14d" % (r["step"], r["total"], r["used"]))
     same_rows(ref["rows"], got["rows"])
-    gt.expect(ref["default_after_async_free"] == "out of memory",
-              "natively the default pool got memory the async pool kept: %s" % ref["default_after_async_free"])
-    # The documented difference: gvmshim serves memory freed in stream
-    # order to any allocation once a device-wide wait settled it.
+    for k in ("default_after_async_free", "default_after_free_all_blocks"):
+        print("  %-32s native: %-13s shim: %s" % (k, ref[k], got[k]))
+    # The documented difference (docs/how-it-works.md, stream-ordered
+    # pools): natively the pool keeps what was freed in stream order until a
+    # synchronize, so CuPy's default pool is refused (what CuPy's own
+    # test_free_all_blocks_large_chunk expects); gvmshim serves it. Expected
+    # both ways, not a failure; only the shim's side is gvmshim's to keep.
+    if ref["default_after_async_free"] == "out of memory":
+        print("  documented difference: natively out of memory, under the shim %s"
+              % got["default_after_async_free"])
+    else:
+        print("  note: natively %s too; the documented difference did not show on this driver"
+              % ref["default_after_async_free"])
     gt.expect(got["default_after_async_free"] == "served",
-              "under the shim: %s" % got["default_after_async_free"])
+              "under the shim: %s (memory freed in stream order and settled is served)"
+              % got["default_after_async_free"])
+    gt.expect(ref["default_after_free_all_blocks"] == got["default_after_free_all_blocks"] == "served",
+              "after free_all_blocks(): native %s, shim %s"
+              % (ref["default_after_free_all_blocks"], got["default_after_free_all_blocks"]))
 
 
 def case_interaction():
