@@ -300,7 +300,7 @@ def arrival(times, steady):
 
 
 def write_bench(path):
-    """The figures scripts/bench share prints (GVM_BENCH_OUT)."""
+    """The figures scripts/bench share prints (GVM_TEST_BENCH_OUT)."""
     shared = shared_run()
     rows = []
     working_set = LAYERS * WIDTH * WIDTH * 4 * 4
@@ -317,9 +317,9 @@ def write_bench(path):
 
 
 def case_bench_figures():
-    """With GVM_BENCH_OUT set (scripts/bench share, or a gpu run that keeps
+    """With GVM_TEST_BENCH_OUT set (scripts/bench share, or a gpu run that keeps
     the figures): the table's figures, from the runs the cases made."""
-    path = os.environ.get("GVM_BENCH_OUT")
+    path = os.environ.get("GVM_TEST_BENCH_OUT")
     if path:
         write_bench(path)
         print("  figures written to %s" % path)
