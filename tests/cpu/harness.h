@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 struct test_case {
@@ -58,6 +59,8 @@ static inline int run_cases(const struct test_case *cases, size_t n, int argc, c
     for (size_t i = shard; i < n; i += shards) {
         fflush(stdout);
         fflush(stderr);
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         pid_t pid = fork();
         if (pid == 0) {
             cases[i].fn();
@@ -66,8 +69,11 @@ static inline int run_cases(const struct test_case *cases, size_t n, int argc, c
         }
         int status = 0;
         waitpid(pid, &status, 0);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
         int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        printf("%s %s\n", ok ? "PASS" : "FAIL", cases[i].name);
+        /* Each case's time, so a slow one shows in the test log. */
+        printf("%s %s (%ld ms)\n", ok ? "PASS" : "FAIL", cases[i].name, ms);
         if (!ok && WIFSIGNALED(status)) printf("     (killed by signal %d)\n", WTERMSIG(status));
         ok ? passed++ : failed++;
     }
