@@ -1998,8 +1998,8 @@ static void one_device_programs_leave_other_devices_alone(void)
 
 static void stats_json_is_written_at_exit(void)
 {
-    char path[64], env[96];
-    snprintf(path, sizeof path, "/tmp/gvmshim-test-stats-%d.json", (int)getpid());
+    char path[600], env[640];
+    snprintf(path, sizeof path, "%s/stats-%d.json", test_scratch_dir(), (int)getpid());
     snprintf(env, sizeof env, "GVM_STATS=%s", path);
     CHECK_EQ(run_self("workload", env, "GVM_DEVICE_LIMIT=0:64M", NULL, 0), 0);
     FILE *f = fopen(path, "r");
@@ -2031,9 +2031,9 @@ static void stats_json_is_written_at_exit(void)
  * neither followed nor clobbered, and the warning says why. */
 static void stats_file_never_follows_a_symlink(void)
 {
-    char victim[64], link[64], env[96], out[16384];
-    snprintf(victim, sizeof victim, "/tmp/gvmshim-test-victim-%d", (int)getpid());
-    snprintf(link, sizeof link, "/tmp/gvmshim-test-link-%d.json", (int)getpid());
+    char victim[600], link[600], env[640], out[16384];
+    snprintf(victim, sizeof victim, "%s/victim-%d", test_scratch_dir(), (int)getpid());
+    snprintf(link, sizeof link, "%s/link-%d.json", test_scratch_dir(), (int)getpid());
     FILE *f = fopen(victim, "w");
     CHECK(f != NULL);
     fputs("precious", f);
