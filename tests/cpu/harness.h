@@ -8,9 +8,9 @@
  * test_scratch_dir() is a private directory for what cases write to the
  * file system (control sockets, stats files); the harness removes it with
  * all it holds when the run ends, passed, failed or interrupted.
- * test_scaled(n) is an iteration count for long loops: n, times
- * GVM_TEST_SCALE (a factor; the build sets it below 1 under the
- * sanitizers, `scripts/test --long` above 1). */
+ * test_scaled(n) is an iteration count for long loops: n times a factor,
+ * below 1 under the sanitizers, GVM_TEST_SCALE where that is set
+ * (`scripts/test --long` sets it above 1 for a soak). */
 #ifndef GVM_TEST_HARNESS_H
 #define GVM_TEST_HARNESS_H
 
@@ -22,6 +22,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -34,12 +35,32 @@ struct test_case {
 
 #define TEST_ENTRY(name) {#name, name},
 
-/* GVM_TEST_SCALE times n, at least 1 (n itself where it is unset). */
+/* The sanitizers multiply the cost of every access (TSan of every lock
+ * too): long loops run fewer rounds there, the same cases all the same. */
+#if defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define GVM_TEST_SANITIZER_SCALE 0.25
+#elif __has_feature(address_sanitizer)
+#define GVM_TEST_SANITIZER_SCALE 0.5
+#endif
+#endif
+#ifndef GVM_TEST_SANITIZER_SCALE
+#if defined(__SANITIZE_THREAD__)
+#define GVM_TEST_SANITIZER_SCALE 0.25
+#elif defined(__SANITIZE_ADDRESS__)
+#define GVM_TEST_SANITIZER_SCALE 0.5
+#else
+#define GVM_TEST_SANITIZER_SCALE 1.0
+#endif
+#endif
+
+/* n times GVM_TEST_SCALE where it is set (scripts/test --long sets it),
+ * else times the sanitizer's factor; at least 1. */
 static inline long test_scaled(long n)
 {
     const char *e = getenv("GVM_TEST_SCALE");
-    double f = e && *e ? strtod(e, NULL) : 1.0;
-    if (!(f > 0)) f = 1.0;
+    double f = e && *e ? strtod(e, NULL) : GVM_TEST_SANITIZER_SCALE;
+    if (!(f > 0)) f = GVM_TEST_SANITIZER_SCALE;
     long v = (long)(n * f + 0.5);
     return v < 1 ? 1 : v;
 }
@@ -124,9 +145,9 @@ static inline void harness_catch_stops(void)
     for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) sigaction(sigs[i], &sa, NULL);
 }
 
-static inline void harness_wait_case(pid_t pid, int *status)
+static inline void harness_wait_case(pid_t pid, int *status, struct rusage *ru)
 {
-    while (waitpid(pid, status, 0) < 0 && errno == EINTR) {
+    while (wait4(pid, status, 0, ru) < 0 && errno == EINTR) {
         if (!harness_stop_signal) continue;
         kill(pid, SIGKILL);
         waitpid(pid, status, 0);
@@ -172,12 +193,16 @@ static inline int run_cases(const struct test_case *cases, size_t n, int argc, c
             _exit(0);
         }
         int status = 0;
-        harness_wait_case(pid, &status);
+        struct rusage ru;
+        memset(&ru, 0, sizeof ru);
+        harness_wait_case(pid, &status, &ru);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         long ms = (t1.tv_sec - t0.tv_sec) * 1000 + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+        long cpu_ms = (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000 + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1000;
         int ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-        /* Each case's time, so a slow one shows in the test log. */
-        printf("%s %s (%ld ms)\n", ok ? "PASS" : "FAIL", cases[i].name, ms);
+        /* Each case's time and CPU time (its own and its children's), so a
+         * slow one shows in the test log whatever else loads the machine. */
+        printf("%s %s (%ld ms, cpu %ld ms)\n", ok ? "PASS" : "FAIL", cases[i].name, ms, cpu_ms);
         if (!ok && WIFSIGNALED(status)) printf("     (killed by signal %d)\n", WTERMSIG(status));
         ok ? passed++ : failed++;
     }
