@@ -10,7 +10,8 @@
  * all it holds when the run ends, passed, failed or interrupted.
  * test_scaled(n) is an iteration count for long loops: n times a factor,
  * below 1 under the sanitizers, GVM_TEST_SCALE where that is set
- * (`scripts/test --long` sets it above 1 for a soak). */
+ * (`scripts/test --long` sets it above 1 for a soak); test_sweep_step()
+ * the step of a sweep that fails each driver call in turn. */
 #ifndef GVM_TEST_HARNESS_H
 #define GVM_TEST_HARNESS_H
 
@@ -36,33 +37,54 @@ struct test_case {
 #define TEST_ENTRY(name) {#name, name},
 
 /* The sanitizers multiply the cost of every access (TSan of every lock
- * too): long loops run fewer rounds there, the same cases all the same. */
+ * too): long loops run fewer rounds there, the same cases all the same.
+ * Sweeps that fail each driver call in turn keep every call under ASan
+ * (a leak on one error path is what it finds), every 4th under TSan. */
 #if defined(__has_feature)
 #if __has_feature(thread_sanitizer)
-#define GVM_TEST_SANITIZER_SCALE 0.25
+#define GVM_TEST_TSAN 1
 #elif __has_feature(address_sanitizer)
-#define GVM_TEST_SANITIZER_SCALE 0.5
+#define GVM_TEST_ASAN 1
 #endif
 #endif
-#ifndef GVM_TEST_SANITIZER_SCALE
-#if defined(__SANITIZE_THREAD__)
+#if defined(__SANITIZE_THREAD__) && !defined(GVM_TEST_TSAN)
+#define GVM_TEST_TSAN 1
+#elif defined(__SANITIZE_ADDRESS__) && !defined(GVM_TEST_ASAN)
+#define GVM_TEST_ASAN 1
+#endif
+#if defined(GVM_TEST_TSAN)
 #define GVM_TEST_SANITIZER_SCALE 0.25
-#elif defined(__SANITIZE_ADDRESS__)
+#define GVM_TEST_SANITIZER_SWEEP_STEP 4
+#elif defined(GVM_TEST_ASAN)
 #define GVM_TEST_SANITIZER_SCALE 0.5
+#define GVM_TEST_SANITIZER_SWEEP_STEP 1
 #else
 #define GVM_TEST_SANITIZER_SCALE 1.0
-#endif
+#define GVM_TEST_SANITIZER_SWEEP_STEP 1
 #endif
 
-/* n times GVM_TEST_SCALE where it is set (scripts/test --long sets it),
- * else times the sanitizer's factor; at least 1. */
-static inline long test_scaled(long n)
+/* GVM_TEST_SCALE where it is set (scripts/test --long sets it above 1),
+ * else the sanitizer's factor (1 in a plain build). */
+static inline double test_scale(void)
 {
     const char *e = getenv("GVM_TEST_SCALE");
-    double f = e && *e ? strtod(e, NULL) : GVM_TEST_SANITIZER_SCALE;
-    if (!(f > 0)) f = GVM_TEST_SANITIZER_SCALE;
-    long v = (long)(n * f + 0.5);
+    double f = e && *e ? strtod(e, NULL) : 0;
+    return f > 0 ? f : GVM_TEST_SANITIZER_SCALE;
+}
+
+/* n rounds of a long loop, scaled; at least 1. */
+static inline long test_scaled(long n)
+{
+    long v = (long)(n * test_scale() + 0.5);
     return v < 1 ? 1 : v;
+}
+
+/* The step of a sweep that fails each driver call in turn (k = 1, 1 +
+ * step, ...): 1 but under TSan, 1 wherever GVM_TEST_SCALE is set. */
+static inline unsigned long test_sweep_step(void)
+{
+    const char *e = getenv("GVM_TEST_SCALE");
+    return e && *e ? 1 : GVM_TEST_SANITIZER_SWEEP_STEP;
 }
 
 static char harness_scratch[512];
