@@ -1932,7 +1932,7 @@ static int idle_workload(void)
     if (getenv("IDLE_LOOP")) CHECK_EQ(calls_of("cuMemCreate"), creates);
     for (int i = 0; i < 2; i++) CHECK_EQ(D(cuMemFree_v2, p[i]), CUDA_SUCCESS);
     if (kept) CHECK(phys_bytes(0) >= 32 * MiB);   /* cached */
-    for (int waited = 0; waited < 10000 && phys_bytes(0) >= 32 * MiB; waited += 20) usleep(20 * 1000);
+    for (int waited = 0; waited < 60000 && phys_bytes(0) >= 32 * MiB; waited += 20) usleep(20 * 1000);
     if (kept) {
         CHECK(phys_bytes(0) >= 32 * MiB);
     } else {
