@@ -141,7 +141,7 @@ static void alloc_failure_at_every_call(void)
     start2();
     size_t sizes[] = {3000, 100 * MiB};
     for (int s = 0; s < 2; s++) {
-        for (unsigned long k = 1;; k++) {
+        for (unsigned long k = 1;; k += test_sweep_step()) {
             struct leaks base = leaks_now();
             struct gvm_place pl = {.loc = 0};
             uintptr_t p = 0;
@@ -205,7 +205,7 @@ static void a_full_pool_keeps_what_was_given_back_last(void)
     int warm_up[] = {GVM_HOST, 0, 1, 0, 1};   /* host cuts block-size pieces */
     for (int i = 0; i < 5; i++) CHECK_EQ(gvm_migrate((void *)p, warm_up[i]), GVM_OK);
     unsigned long created = simcuda_calls_of("cuMemCreate"), released = simcuda_calls_of("cuMemRelease");
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < test_scaled(6); i++) {
         int to = i % 2 ? 1 : 0;
         CHECK_EQ(gvm_migrate((void *)p, to), GVM_OK);
         CHECK_EQ(simcuda_location_of(p + n - 1), to);
@@ -376,7 +376,7 @@ static void migrate_failure_at_every_call(void)
     fill(p, n, 9);
     int targets[] = {1, GVM_HOST};
     for (int t = 0; t < 2; t++) {
-        for (unsigned long k = 1;; k++) {
+        for (unsigned long k = 1;; k += test_sweep_step()) {
             struct leaks base = leaks_now();
             simcuda_fail_nth(k, CUDA_ERROR_ILLEGAL_STATE);
             gvm_status st = gvm_migrate((void *)p, targets[t]);
@@ -480,7 +480,7 @@ static void alias_failure_at_every_call(void)
 {
     start2();
     uintptr_t p = sim_alloc(130 * MiB);
-    for (unsigned long k = 1;; k++) {
+    for (unsigned long k = 1;; k += test_sweep_step()) {
         struct leaks base = leaks_now();
         void *al = NULL;
         simcuda_fail_nth(k, CUDA_ERROR_UNKNOWN);
@@ -536,7 +536,7 @@ static void realloc_failure_at_every_call(void)
     start2();
     uintptr_t p = sim_alloc(8 * MiB);
     fill(p, 8 * MiB, 4);
-    for (unsigned long k = 1;; k++) {
+    for (unsigned long k = 1;; k += test_sweep_step()) {
         struct leaks base = leaks_now();
         simcuda_fail_nth(k, CUDA_ERROR_UNKNOWN);
         gvm_status st = gvm_realloc((void *)p, 16 * MiB);
@@ -567,7 +567,7 @@ static void *copier(void *arg)
     gvm_topo_ctx(0, &ctx);
     gvm_drv.cuCtxSetCurrent(ctx);
     uintptr_t slice = w->base + (size_t)w->id * sizeof buf;
-    for (uint32_t round = 0; round < 300; round++) {
+    for (uint32_t round = 0; round < test_scaled(300); round++) {
         for (int i = 0; i < 1024; i++) buf[i] = round * 7919u + (uint32_t)i + (uint32_t)w->id;
         struct gvm_region *r = gvm_use_begin(slice);
         CHECK(r != NULL);
@@ -590,7 +590,7 @@ static void *mover(void *arg)
     CUcontext ctx;
     gvm_topo_ctx(0, &ctx);
     gvm_drv.cuCtxSetCurrent(ctx);
-    for (int i = 0; i < 30; i++) CHECK_EQ(gvm_migrate((void *)p, where[i % 3]), GVM_OK);
+    for (int i = 0; i < test_scaled(30); i++) CHECK_EQ(gvm_migrate((void *)p, where[i % 3]), GVM_OK);
     return NULL;
 }
 

@@ -132,7 +132,7 @@ static char tmpdir[64];
 
 static void private_runtime_dir(void)
 {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/gvmshim-test-XXXXXX");
+    CHECK(snprintf(tmpdir, sizeof tmpdir, "%s/run-XXXXXX", test_scratch_dir()) < (int)sizeof tmpdir);
     CHECK(mkdtemp(tmpdir));
     setenv("XDG_RUNTIME_DIR", tmpdir, 1);
 }

@@ -1198,7 +1198,7 @@ static void resume_at_the_limit_failure_at_every_call(void)
     CHECK(calls > 10);
     int failed = 0;
     CHECK_EQ(gvm_pause("w", GVM_PAUSE_KEEP), GVM_OK);
-    for (unsigned long k = 1; k <= calls; k++) {
+    for (unsigned long k = 1; k <= calls; k += test_sweep_step()) {
         struct leaks base = leaks_now();
         simcuda_fail_nth_here(k, CUDA_ERROR_ILLEGAL_STATE);
         gvm_status st = gvm_resume("w");
@@ -1260,7 +1260,7 @@ static void failure_while_spilling_keeps_data(void)
     fill(a, 24 * MiB, 8);
     fill(b, 24 * MiB, 9);
     CUcontext ctx = current_ctx();
-    for (unsigned long k = 1;; k++) {
+    for (unsigned long k = 1;; k += test_sweep_step()) {
         struct leaks base = leaks_now();
         uintptr_t c = 0;
         simcuda_fail_nth(k, CUDA_ERROR_ILLEGAL_STATE);
@@ -1383,7 +1383,7 @@ static void churn_at(double ratio, void (*tune)(struct gvm_settings *))
         write_seed(buf[i], each, seed[i] = 100 + (uint32_t)i);
     }
     unsigned rnd = 12345;
-    for (int step = 0; step < 200; step++) {
+    for (int step = 0; step < test_scaled(200); step++) {
         rnd = rnd * 1103515245u + 12345u;
         int i = (int)((rnd >> 8) % (unsigned)nbuf), j = (int)((rnd >> 16) % (unsigned)nbuf);
         switch ((rnd >> 24) % 4) {
@@ -1475,7 +1475,7 @@ static void failure_during_a_swap_keeps_data(void)
     const char *kv[] = {"device_limit", "0:16M", "spill", "host", "promote_interval", "3600s", NULL};
     start_limited(kv);
     struct leaks base = leaks_now();
-    for (unsigned long k = 1; k < 400; k++) {
+    for (unsigned long k = 1; k < 400; k += test_sweep_step()) {
         uintptr_t a = palloc(6 * MiB), b = palloc(6 * MiB);
         fill(a, 6 * MiB, 13);
         fill(b, 6 * MiB, 14);
@@ -2000,7 +2000,7 @@ static void two_way_swap_failures(bool lazy, bool hand_off)
     const int n = hand_off ? 4 : 6;
     start_limited_with(kv, hand_off ? blocks_limited : idle_memory_default_limited);
     struct leaks base = leaks_now();
-    for (unsigned long k = 1; k < 600; k++) {
+    for (unsigned long k = 1; k < 600; k += test_sweep_step()) {
         uintptr_t w[6];
         for (int i = 0; i < n; i++) {
             w[i] = palloc(size);
@@ -2604,7 +2604,7 @@ static void failure_during_a_prefetch_keeps_data(void)
         for (int i = 0; i < 8; i++) sweep_launch(w, i);
     bool fired = true;
     unsigned long k = 1;
-    for (; fired && k < 600; k++) {
+    for (; fired && k < 600; k += test_sweep_step()) {
         uint64_t done = gvm_stats.prefetches;
         unsigned long calls = simcuda_call_count();
         struct gvm_region *r = gvm_heap_region(w[0]);

@@ -631,7 +631,7 @@ static void *copy_loop(void *arg)
     cuCtxSetCurrent_p(ctx0);
     uint32_t buf[2048];
     CUdeviceptr slice = c->p + (size_t)c->id * sizeof buf;
-    for (uint32_t round = 0; round < 200; round++) {
+    for (uint32_t round = 0; round < test_scaled(200); round++) {
         for (int i = 0; i < 2048; i++) buf[i] = round ^ (uint32_t)(i * 977 + c->id);
         CHECK_EQ(D(cuMemcpyHtoD_v2, slice, buf, sizeof buf), CUDA_SUCCESS);
         memset(buf, 0, sizeof buf);
@@ -655,7 +655,7 @@ static void copies_during_migrations_lose_nothing(void)
         pthread_create(&t[i], NULL, copy_loop, &c[i]);
     }
     int where[] = {1, GVM_HOST, 0};
-    for (int i = 0; i < 24; i++) CHECK_EQ(migrate((void *)p, where[i % 3]), GVM_OK);
+    for (int i = 0; i < test_scaled(24); i++) CHECK_EQ(migrate((void *)p, where[i % 3]), GVM_OK);
     for (int i = 0; i < 4; i++) {
         pthread_join(t[i], NULL);
         CHECK_EQ(c[i].errors, 0);
@@ -970,7 +970,7 @@ static void *swap_side_run(void *arg)
     unsigned long (*calls_of)(const char *) = (unsigned long (*)(const char *))sim_fn("simcuda_calls_of");
     /* Until the threads have taken turns often enough (how many launches
      * that takes depends on the machine and the sanitizer). */
-    for (int i = 0; i < 400 || (calls_of("cuMemUnmap") < 60 && i < 4000); i++) {
+    for (int i = 0; i < test_scaled(400) || (calls_of("cuMemUnmap") < 60 && i < 4000); i++) {
         CHECK_EQ(cuLaunchKernel_p(w->k, 1, 1, 1, 1, 1, 1, 0, s, params, NULL), CUDA_SUCCESS);
         w->launches++;
         if (i % 16 == 15) CHECK_EQ(D(cuStreamSynchronize, s), CUDA_SUCCESS);
@@ -1103,7 +1103,7 @@ static int graph_threads_workload(void)
     struct graph_sweep w = {one, p, 0};
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, graph_sweeper, &w), 0);
-    for (int i = 0; i < 300 || (calls_of("cuMemUnmap") < 60 && i < 3000); i++) {
+    for (int i = 0; i < test_scaled(300) || (calls_of("cuMemUnmap") < 60 && i < 3000); i++) {
         CHECK_EQ(D(cuGraphLaunch, ge, s), CUDA_SUCCESS);
         if (i % 8 == 7) CHECK_EQ(D(cuStreamSynchronize, s), CUDA_SUCCESS);
         usleep(20);
@@ -1320,7 +1320,7 @@ static void *churn_thread(void *arg)
     struct churn_buf ring[CHURN_RING + 1];
     int nring = 0;
     uint64_t rng = 0x9E3779B97F4A7C15ull * (id + 1);
-    for (int it = 0; it < 80; it++) {
+    for (int it = 0; it < test_scaled(80); it++) {
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
         struct churn_buf b = {.n = sizes[rng % 7], .ordered = (int)((rng >> 20) & 1), .seed = id * 1000 + (unsigned)it};
         CHECK_EQ(b.ordered ? D(cuMemAllocAsync, &b.p, b.n, s) : D(cuMemAlloc_v2, &b.p, b.n), CUDA_SUCCESS);
@@ -1846,7 +1846,7 @@ static void device_reset_survives_a_failure_at_every_call(void)
         CHECK(counted);
         unsigned long calls = strtoul(counted + 6, NULL, 10);
         CHECK(calls >= 10 && calls <= 64);
-        for (unsigned long k = 1; k <= calls + 1; k++) {
+        for (unsigned long k = 1; k <= calls + 1; k += test_sweep_step()) {
             char at[32];
             snprintf(at, sizeof at, "RESET_FAIL_AT=%lu", k);
             envs[4] = at;
@@ -1936,7 +1936,11 @@ static int idle_workload(void)
     if (getenv("IDLE_LOOP")) CHECK_EQ(calls_of("cuMemCreate"), creates);
     for (int i = 0; i < 2; i++) CHECK_EQ(D(cuMemFree_v2, p[i]), CUDA_SUCCESS);
     if (kept) CHECK(phys_bytes(0) >= 32 * MiB);   /* cached */
-    for (int waited = 0; waited < 10000 && phys_bytes(0) >= 32 * MiB; waited += 20) usleep(20 * 1000);
+    /* Kept: longer than a give-back round (1 s when idle is 0) gives
+     * nothing back. Else until it is given back: however long a loaded
+     * machine takes, a minute at most. */
+    for (int waited = 0; waited < (kept ? 1500 : 60000) && phys_bytes(0) >= 32 * MiB; waited += 20)
+        usleep(20 * 1000);
     if (kept) {
         CHECK(phys_bytes(0) >= 32 * MiB);
     } else {
@@ -2002,8 +2006,8 @@ static void one_device_programs_leave_other_devices_alone(void)
 
 static void stats_json_is_written_at_exit(void)
 {
-    char path[64], env[96];
-    snprintf(path, sizeof path, "/tmp/gvmshim-test-stats-%d.json", (int)getpid());
+    char path[600], env[640];
+    snprintf(path, sizeof path, "%s/stats-%d.json", test_scratch_dir(), (int)getpid());
     snprintf(env, sizeof env, "GVM_STATS=%s", path);
     CHECK_EQ(run_self("workload", env, "GVM_DEVICE_LIMIT=0:64M", NULL, 0), 0);
     FILE *f = fopen(path, "r");
@@ -2035,9 +2039,9 @@ static void stats_json_is_written_at_exit(void)
  * neither followed nor clobbered, and the warning says why. */
 static void stats_file_never_follows_a_symlink(void)
 {
-    char victim[64], link[64], env[96], out[16384];
-    snprintf(victim, sizeof victim, "/tmp/gvmshim-test-victim-%d", (int)getpid());
-    snprintf(link, sizeof link, "/tmp/gvmshim-test-link-%d.json", (int)getpid());
+    char victim[600], link[600], env[640], out[16384];
+    snprintf(victim, sizeof victim, "%s/victim-%d", test_scratch_dir(), (int)getpid());
+    snprintf(link, sizeof link, "%s/link-%d.json", test_scratch_dir(), (int)getpid());
     FILE *f = fopen(victim, "w");
     CHECK(f != NULL);
     fputs("precious", f);

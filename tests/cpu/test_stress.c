@@ -4,7 +4,10 @@
  * every millisecond; a prober looks up pointers that other threads free
  * (as launch scans and pointer queries do). Every allocation holds a
  * pattern of its own, checked before it is freed and after every change.
- * Run time is bounded: GVM_TEST_STRESS_MS (default 1500) per case. */
+ * Each case is bounded by work, not time: every worker makes the case's
+ * count of operations, times GVM_TEST_SCALE (tests/cpu/harness.h: fewer
+ * under the sanitizers, more for a soak), so a slow machine runs the same
+ * case longer instead of a shorter one. */
 #include "simcore.h"
 
 #include "core/reach.h"
@@ -41,12 +44,8 @@ static double now_ms(void)
     return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
 }
 
-static double budget_ms(void)
-{
-    const char *e = getenv("GVM_TEST_STRESS_MS");
-    double ms = e ? atof(e) : 0;
-    return ms > 0 ? ms : 1500;
-}
+static long quota;      /* operations per worker in this case */
+static long done_ops;   /* all workers' operations so far: the watchdog's sign of progress */
 
 static uint32_t rnd(uint32_t *s)
 {
@@ -253,14 +252,20 @@ static void step(struct worker *w)
     }
 }
 
+/* Counts one more operation of w, false once it made its quota. */
+static bool more(struct worker *w)
+{
+    if (w->ops >= quota) return false;
+    w->ops++;
+    __atomic_add_fetch(&done_ops, 1, __ATOMIC_RELAXED);
+    return true;
+}
+
 static void *work(void *arg)
 {
     struct worker *w = arg;
     CHECK_EQ(gvm_drv.cuCtxSetCurrent(ctx0), CUDA_SUCCESS);
-    while (!__atomic_load_n(&stop, __ATOMIC_RELAXED)) {
-        step(w);
-        w->ops++;
-    }
+    while (more(w)) step(w);
     for (int i = 0; i < SLOTS; i++)
         if (w->a[i].p) do_free(w, &w->a[i]);
     return NULL;
@@ -296,14 +301,20 @@ static void *probe(void *arg)
 }
 
 /* A hang (a mutex left locked, a move waiting for users that never leave)
- * fails the case instead of timing the suite out. */
+ * fails the case instead of hanging the suite: no operation ended for
+ * `limit` ms. Progress, not a deadline: a slow machine only runs longer. */
 static void *watchdog(void *arg)
 {
     double limit = *(double *)arg;
-    double t0 = now_ms();
+    double since = now_ms();
+    long last = -1;
     while (__atomic_load_n(&stop, __ATOMIC_ACQUIRE) != 2) {
-        if (now_ms() - t0 > limit) {
-            fprintf(stderr, "stress: no progress after %.0f ms: hung\n", limit);
+        long n = __atomic_load_n(&done_ops, __ATOMIC_RELAXED);
+        if (n != last) {
+            last = n;
+            since = now_ms();
+        } else if (now_ms() - since > limit) {
+            fprintf(stderr, "stress: no progress for %.0f ms: hung\n", limit);
             abort();
         }
         struct timespec ts = {0, 20 * 1000000L};
@@ -343,9 +354,11 @@ static void start(void)
     ctx0 = current_ctx();
 }
 
+/* nworkers threads run fn, each for ops operations (scaled); a prober
+ * beside them if asked. */
 static void run(void *(*fn)(void *), struct worker *w, int nworkers, bool prober)
 {
-    double ms = budget_ms(), hang_ms = ms + 60000;
+    double hang_ms = 120000, t0 = now_ms();
     struct leaks before = leaks_now();
     pthread_t t[WORKERS], pt, dog;
     long probes = 0;
@@ -356,21 +369,19 @@ static void run(void *(*fn)(void *), struct worker *w, int nworkers, bool prober
         pthread_create(&t[i], NULL, fn, &w[i]);
     }
     if (prober) pthread_create(&pt, NULL, probe, &probes);
-    struct timespec ts = {(time_t)(ms / 1000), (long)((long)ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-    __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);
     long ops = 0;
     for (int i = 0; i < nworkers; i++) {
         pthread_join(t[i], NULL);
         ops += w[i].ops;
         free(w[i].buf);
     }
+    __atomic_store_n(&stop, 1, __ATOMIC_RELEASE);   /* the prober and the case's other threads */
     if (prober) pthread_join(pt, NULL);
     __atomic_store_n(&stop, 2, __ATOMIC_RELEASE);
     pthread_join(dog, NULL);
     printf("stress: %ld operations, %ld probes, %lu spills, %lu promotions in %.0f ms\n", ops, probes,
            (unsigned long)__atomic_load_n(&gvm_stats.spills, __ATOMIC_RELAXED),
-           (unsigned long)__atomic_load_n(&gvm_stats.promotions, __ATOMIC_RELAXED), ms);
+           (unsigned long)__atomic_load_n(&gvm_stats.promotions, __ATOMIC_RELAXED), now_ms() - t0);
     CHECK(ops > 0);
     /* Nothing failed on purpose: every move must have succeeded. */
     CHECK_EQ(__atomic_load_n(&gvm_stats.migrations_failed, __ATOMIC_RELAXED), 0);
@@ -379,6 +390,7 @@ static void run(void *(*fn)(void *), struct worker *w, int nworkers, bool prober
 
 static void everything_at_once_keeps_data(void)
 {
+    quota = test_scaled(250);
     start();
     static struct worker w[WORKERS];
     run(work, w, WORKERS, true);
@@ -390,7 +402,7 @@ static void *churn_small(void *arg)
 {
     struct worker *w = arg;
     CHECK_EQ(gvm_drv.cuCtxSetCurrent(ctx0), CUDA_SUCCESS);
-    while (!__atomic_load_n(&stop, __ATOMIC_RELAXED)) {
+    while (more(w)) {
         struct alloc *a = &w->a[rnd(&w->rng) % SLOTS];
         if (a->p) {
             do_free(w, a);
@@ -402,7 +414,6 @@ static void *churn_small(void *arg)
             /* Used again: the promoter wants its chunk back on the device. */
             if (rnd(&w->rng) % 4 == 0) check_view(w, a, a->p, a->size);
         }
-        w->ops++;
     }
     for (int i = 0; i < SLOTS; i++)
         if (w->a[i].p) do_free(w, &w->a[i]);
@@ -411,6 +422,7 @@ static void *churn_small(void *arg)
 
 static void small_chunks_come_and_go_while_promoted(void)
 {
+    quota = test_scaled(2000);
     start();
     static struct worker w[WORKERS];
     run(churn_small, w, WORKERS, true);
@@ -442,6 +454,7 @@ static void *set_options(void *arg)
 
 static void options_change_while_threads_work(void)
 {
+    quota = test_scaled(400);
     start();
     static struct worker w[WORKERS];
     long sets = 0;
@@ -460,14 +473,16 @@ static void *enable_peer(void *arg)
 {
     CUresult *rc = arg;
     CHECK_EQ(gvm_drv.cuCtxSetCurrent(ctx0), CUDA_SUCCESS);
-    long half_ms = (long)(budget_ms() / 2);
-    nanosleep(&(struct timespec){half_ms / 1000, half_ms % 1000 * 1000000L}, NULL);
+    /* Halfway through the workers' operations. */
+    while (__atomic_load_n(&done_ops, __ATOMIC_RELAXED) < quota * WORKERS / 2 && !__atomic_load_n(&stop, __ATOMIC_RELAXED))
+        nanosleep(&(struct timespec){0, 1000000L}, NULL);
     *rc = gvm_reach_enable(0, 1);
     return NULL;
 }
 
 static void peer_access_enabled_while_threads_work(void)
 {
+    quota = test_scaled(100);
     start();
     static struct worker w[WORKERS];
     CUresult rc = CUDA_ERROR_UNKNOWN;
@@ -489,10 +504,12 @@ static void no_cache(struct gvm_settings *s)
     for (int d = 0; d < GVM_MAX_DEVICES; d++) s->cache_limit[d] = 0;
 }
 
+/* A hang kills the case: after 20 times what the case takes on an idle
+ * machine, so a slow one (a sanitizer, a loaded host) never trips it. */
 static void alarm_after(unsigned seconds)
 {
-    signal(SIGALRM, SIG_DFL);   /* a hang kills the case */
-    alarm(seconds);
+    signal(SIGALRM, SIG_DFL);
+    alarm(seconds * 20);
 }
 
 /* A copy announced on an allocation that another thread frees meanwhile
@@ -616,7 +633,7 @@ static void a_trim_waits_for_chunks_another_trim_destroys(void)
     CHECK_EQ(pthread_create(&t[0], NULL, trim_device0, &first), 0);
     struct timespec ms = {0, 1000 * 1000};
     for (int i = 0; simcuda_live_reservations() == chunks; i++) {
-        if (i == 10000) {
+        if (i == 200000) {   /* minutes: a slow machine only waits longer */
             fprintf(stderr, "the first trim did not destroy the other chunk first: did the reap order change?\n");
             exit(1);
         }

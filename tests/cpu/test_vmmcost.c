@@ -107,7 +107,7 @@ static void memory_that_moves_keeps_the_block_size(void)
  * size, its data and its memory; nothing the growth made is left. */
 static void growth_failing_at_every_call_changes_nothing(uintptr_t p, size_t n, size_t to)
 {
-    for (unsigned long k = 1;; k++) {
+    for (unsigned long k = 1;; k += test_sweep_step()) {
         struct leaks base = leaks_now();
         simcuda_fail_nth(k, CUDA_ERROR_UNKNOWN);
         gvm_status st = gvm_realloc((void *)p, to);
@@ -168,7 +168,7 @@ static void first_move_of_a_large_piece_failing_at_every_call(void)
     uintptr_t p = sim_alloc(n);
     CHECK_EQ(pieces(p), 2);   /* 32 + 16 MiB */
     fill(p, n, 71);
-    for (unsigned long k = 1;; k++) {
+    for (unsigned long k = 1;; k += test_sweep_step()) {
         struct leaks base = leaks_now();
         simcuda_fail_nth(k, CUDA_ERROR_UNKNOWN);
         gvm_status st = gvm_migrate((void *)p, GVM_HOST);
@@ -530,7 +530,7 @@ static void a_pause_larger_than_the_pool_failing_at_every_call(void)
     fill(a, 24 * MiB, 51);
     fill(b, 8 * MiB, 52);
     gvm_phys_prefill_wait(false);
-    for (unsigned long k = 1;; k++) {
+    for (unsigned long k = 1;; k += test_sweep_step()) {
         size_t dev0 = simcuda_phys_bytes(0);
         simcuda_fail_nth(k, CUDA_ERROR_UNKNOWN);
         gvm_status st = gvm_pause("kv", GVM_PAUSE_KEEP);

@@ -5,14 +5,17 @@ that the size bound holds, and that gvmplot draws it.
 
     check_trace.py SHIM SIM_DIR WORKLOAD GVMPLOT
 """
+import atexit
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 
 shim, simdir, workload, gvmplot = sys.argv[1:5]
 tmp = tempfile.mkdtemp(prefix="gvmshim-trace-")
+atexit.register(shutil.rmtree, tmp, True)   # passed or failed
 failures = []
 
 
