@@ -58,6 +58,10 @@ struct dev_share {
 
 static struct dev_share sh[GVM_MAX_DEVICES];
 static bool started;
+/* A round's state (dev_share's own fields) is the round's: one round at a
+ * time, and the tables stay mapped while one runs (the exit handler takes
+ * the lock before it unmaps them). */
+static pthread_mutex_t round_lock = PTHREAD_MUTEX_INITIALIZER;
 
 static uint64_t now_ns(void)
 {
@@ -298,10 +302,15 @@ static void *rounds(void *arg)
     struct timespec nap = {0, ROUND_MS * 1000000L};
     for (;;) {
         nanosleep(&nap, NULL);
-        if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE)) return NULL;
+        pthread_mutex_lock(&round_lock);
+        if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE)) {
+            pthread_mutex_unlock(&round_lock);
+            return NULL;
+        }
         const struct gvm_config *cfg = gvm_policy_cfg();
         for (int d = 0; d < gvm_topo.ndev; d++)
             if (gvm_share_active(d)) round_device(cfg, d);
+        pthread_mutex_unlock(&round_lock);
     }
 }
 
@@ -357,18 +366,22 @@ static void device_name(int d, char *out, size_t n)
 
 static void leave_at_exit(void)
 {
+    if (!__atomic_load_n(&started, __ATOMIC_ACQUIRE)) return;   /* a forked child: nothing of its own */
+    pthread_mutex_lock(&round_lock);
     __atomic_store_n(&started, false, __ATOMIC_RELEASE);
     for (int d = 0; d < gvm_topo.ndev; d++) {
         if (!gvm_share_active(d)) continue;
         __atomic_store_n(&sh[d].on, false, __ATOMIC_RELEASE);
         gvm_share_close(&sh[d].f);
     }
+    pthread_mutex_unlock(&round_lock);
 }
 
 /* A forked child is another process: it holds no slot (the parent's
  * stays the parent's) and starts no round. */
 static void after_fork_child(void)
 {
+    pthread_mutex_init(&round_lock, NULL);
     __atomic_store_n(&started, false, __ATOMIC_RELEASE);
     for (int d = 0; d < GVM_MAX_DEVICES; d++) __atomic_store_n(&sh[d].on, false, __ATOMIC_RELEASE);
 }
@@ -404,14 +417,16 @@ void gvm_share_start(const struct gvm_config *cfg)
     }
     atexit(leave_at_exit);
     pthread_atfork(NULL, NULL, after_fork_child);
+    /* The first round before the thread's: this allocation already sees
+     * the others. */
+    for (int d = 0; d < gvm_topo.ndev; d++)
+        if (gvm_share_active(d)) round_device(cfg, d);
     pthread_t t;
     pthread_attr_t a;
     pthread_attr_init(&a);
     pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
     if (pthread_create(&t, &a, rounds, NULL) != 0) gvm_warn("share: no round thread: memory is not shared");
     pthread_attr_destroy(&a);
-    for (int d = 0; d < gvm_topo.ndev; d++)
-        if (gvm_share_active(d)) round_device(cfg, d);
 }
 
 size_t gvm_share_describe(int d, char *buf, size_t n)
