@@ -360,7 +360,7 @@ static void a_failure_anywhere_keeps_every_allocation(void)
     unsigned long nresume = simcuda_call_count_here();
     CHECK(npause > 10 && nresume > 10);
     int failed = 0;
-    for (unsigned long k = 1; k <= npause + nresume; k++) {
+    for (unsigned long k = 1; k <= npause + nresume; k += test_sweep_step()) {
         bool in_resume = k > npause;
         if (in_resume) CHECK_EQ(gvm_pause(NULL, 0), GVM_OK);
         simcuda_fail_nth_here(in_resume ? k - npause : k, CUDA_ERROR_ILLEGAL_STATE);
@@ -376,7 +376,7 @@ static void a_failure_anywhere_keeps_every_allocation(void)
         CHECK_EQ(gvm_resume(NULL), GVM_OK);
         for (int i = 0; i < 4; i++) CHECK(where(p[i]) == (i == 3 ? 1 : 0) && intact(p[i], n[i], 20 + (uint32_t)i));
     }
-    CHECK(failed > 10);
+    CHECK(failed > 10 / (int)test_sweep_step());
 }
 
 static void no_prefill(struct gvm_settings *s)
@@ -434,14 +434,14 @@ static void a_pause_waits_for_the_devices_once(void)
 
 struct holder {
     struct gvm_region *r;
-    volatile int held;
+    int held;   /* atomic: the test thread waits on it */
 };
 
 static void *hold_a_while(void *arg)
 {
     struct holder *h = arg;
     pthread_mutex_lock(&h->r->op);
-    h->held = 1;
+    __atomic_store_n(&h->held, 1, __ATOMIC_RELEASE);
     struct timespec ts = {0, 100 * 1000 * 1000};
     nanosleep(&ts, NULL);
     pthread_mutex_unlock(&h->r->op);
@@ -461,7 +461,7 @@ static void a_busy_region_pauses_after_the_batch(void)
     struct holder h = {.r = gvm_heap_region(p[2])};
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, hold_a_while, &h), 0);
-    while (!h.held) sched_yield();
+    while (!__atomic_load_n(&h.held, __ATOMIC_ACQUIRE)) sched_yield();
     gvm_pause_result res;
     CHECK_EQ(gvm_pause_report(NULL, 0, &res), GVM_OK);
     pthread_join(t, NULL);
@@ -474,7 +474,7 @@ static void a_busy_region_pauses_after_the_batch(void)
 
 struct worker {
     uintptr_t buf[6];
-    volatile int stop;
+    int stop;   /* atomic: the main thread tells the program to stop */
     uint32_t last[6];
     int rounds;
 };
@@ -489,7 +489,7 @@ static void *program_thread(void *arg)
     CHECK_EQ(gvm_drv.cuCtxSetCurrent(ctx), CUDA_SUCCESS);
     uint32_t *host = malloc(MiB);
     CHECK(host != NULL);
-    for (uint32_t k = 1; !w->stop; k++) {
+    for (uint32_t k = 1; !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE); k++) {
         int i = (int)(k % 6);
         for (size_t j = 0; j < MiB / 4; j++) host[j] = k * 7919u + (uint32_t)j;
         struct gvm_region *r = gvm_use_begin(w->buf[i]);
@@ -515,11 +515,11 @@ static void pause_and_resume_while_the_program_runs(void)
     for (int i = 0; i < 6; i++) w.buf[i] = palloc(i % 2 ? MiB : 2 * MiB);
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, program_thread, &w), 0);
-    for (int round = 0; round < 8; round++) {
+    for (long round = 0; round < test_scaled(8); round++) {
         CHECK_EQ(gvm_pause(NULL, 0), GVM_OK);
         CHECK_EQ(gvm_resume(NULL), GVM_OK);
     }
-    w.stop = 1;
+    __atomic_store_n(&w.stop, 1, __ATOMIC_RELEASE);
     pthread_join(t, NULL);
     CHECK(w.rounds > 0);
     for (int i = 0; i < 6; i++) {
