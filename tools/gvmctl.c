@@ -42,7 +42,9 @@ static const char *const manual =
     "COMMANDS\n"
     "    list      one line per process: pid, command line, and per device the\n"
     "              bytes gvmshim holds there / its limit, and how many of the\n"
-    "              bytes allocated on it are at home, on a peer, on the host\n"
+    "              bytes allocated on it are at home, on a peer, on the host;\n"
+    "              then, where processes share a device (GVM_SHARE=1), what\n"
+    "              `share` shows (top too)\n"
     "    stats     the process's full statistics (the fields of GVM_STATS), live\n"
     "    set       changes options in the running process, all of them or, when\n"
     "              one is refused, none: the options that can change live\n"
@@ -357,6 +359,24 @@ static void print_info_json(const struct info *in, bool first)
     printf("]}");
 }
 
+/* Where the shared state lives: GVM_SHARE_DIR, else the runtime directory
+ * (share_dir's default). */
+static int share_dir(char *dir, size_t n)
+{
+    const char *env = getenv("GVM_SHARE_DIR");
+    if (env && env[0]) {
+        snprintf(dir, n, "%s", env);
+        return 0;
+    }
+    return gvm_ctl_dir(dir, n, false);
+}
+
+static void share_summary(void)
+{
+    char dir[4096];
+    if (!share_dir(dir, sizeof dir)) gvmctl_share_summary(dir);
+}
+
 static int cmd_list(int argc, char **argv)
 {
     bool json = argc == 1 && !strcmp(argv[0], "--json");
@@ -377,6 +397,7 @@ static int cmd_list(int argc, char **argv)
         shown++;
     }
     if (json) printf("]\n");
+    else share_summary();
     return bad;
 }
 
@@ -422,6 +443,7 @@ static int cmd_top(int argc, char **argv)
         }
         memcpy(last, cur, sizeof cur);
         nlast = nnew;
+        share_summary();
         fflush(stdout);
     }
     return 0;
@@ -656,9 +678,7 @@ static int cmd_share(int argc, char **argv)
         else if (!strcmp(argv[i], "--dir") && i + 1 < argc) snprintf(dir, sizeof dir, "%s", argv[++i]);
         else return usage();
     }
-    const char *env = getenv("GVM_SHARE_DIR");
-    if (!dir[0] && env && env[0]) snprintf(dir, sizeof dir, "%s", env);
-    if (!dir[0] && gvm_ctl_dir(dir, sizeof dir, false)) return fail("no runtime directory: give --dir");
+    if (!dir[0] && share_dir(dir, sizeof dir)) return fail("no runtime directory: give --dir");
     return gvmctl_share(dir, json);
 }
 

@@ -119,6 +119,29 @@ static void show(const char *name, const struct gvm_share_table *t, bool json, b
     if (json) printf("]}");
 }
 
+/* One table's participants, quiet where there is none: what list and top
+ * show under their processes. */
+int gvmctl_share_summary(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    int shown = 0;
+    bool first = true;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, "share-", 6) != 0) continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        const struct gvm_share_table *t = map_table(path);
+        if (!t) continue;
+        if (!shown++) printf("\nshared devices (GVM_SHARE):\n");
+        show(e->d_name + 6, t, false, &first);
+        munmap((void *)t, sizeof *t);
+    }
+    closedir(d);
+    return shown;
+}
+
 int gvmctl_share(const char *dir, bool json)
 {
     DIR *d = opendir(dir);

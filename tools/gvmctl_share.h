@@ -7,4 +7,8 @@
 
 int gvmctl_share(const char *dir, bool json);
 
+/* The same, without a word where nothing is shared (gvmctl list, top);
+ * how many devices it showed. */
+int gvmctl_share_summary(const char *dir);
+
 #endif
