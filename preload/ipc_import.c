@@ -54,13 +54,17 @@ static CUresult fetch(int conn, const struct gvm_ipc_handle *h, struct pieces *p
     uint8_t req[GVM_IPC_OPEN_LEN];
     gvm_put_u64(req, h->endpoint);
     memcpy(req + 8, h->id, 16);
-    if (gvm_ctl_send(conn, GVM_CTL_IPC_OPEN, req, sizeof req, NULL, 0, 0)) return CUDA_ERROR_INVALID_VALUE;
+    /* A socket that takes the request but never answers (closed at once:
+     * what a killed exporter's forked child leaves) is no exporter either:
+     * as natively for a handle whose exporter is gone. */
+    if (gvm_ctl_send(conn, GVM_CTL_IPC_OPEN, req, sizeof req, NULL, 0, 0)) return CUDA_ERROR_INVALID_HANDLE;
     p->n = (int)h->npieces;
     uint64_t total = 0;
     while (p->got < p->n) {
         uint8_t buf[GVM_CTL_MSG_MAX];
         int fds[GVM_CTL_FDS_MAX], nfds = 0;
         ssize_t len = gvm_ctl_recv(conn, buf, sizeof buf, fds, &nfds, GVM_CTL_FDS_MAX);
+        if (len <= 0 && !p->got) return CUDA_ERROR_INVALID_HANDLE;
         struct gvm_ctl_msg m;
         struct gvm_ipc_reply r;
         bool ok = len > 0 && !gvm_ctl_parse(buf, (size_t)len, &m) && m.type == GVM_CTL_IPC_OPEN &&
