@@ -428,27 +428,3 @@ void gvm_share_start(const struct gvm_config *cfg)
     if (pthread_create(&t, &a, rounds, NULL) != 0) gvm_warn("share: no round thread: memory is not shared");
     pthread_attr_destroy(&a);
 }
-
-size_t gvm_share_describe(int d, char *buf, size_t n)
-{
-    if (!gvm_share_active(d) || !n) return 0;
-    struct gvm_share_peer p[GVM_SHARE_SLOTS];
-    int k = gvm_share_peers(&sh[d].f, p);
-    uint64_t now = now_ns();
-    const struct gvm_config *cfg = gvm_policy_cfg();
-    size_t len = 0;
-    int w = snprintf(buf, n, "device %d budget %zu\n%d %zu %zu %llu %llu %llu %d (this process)\n", d,
-                     budget_of(cfg, d), (int)getpid(), gvm_policy_usage(d), cfg->share_min,
-                     (unsigned long long)weight_of(cfg),
-                     (unsigned long long)((now - GVM_SHARE_GET(&sh[d].f, active_ns)) / MS),
-                     (unsigned long long)GVM_SHARE_GET(&sh[d].f, gave), (int)GVM_SHARE_GET(&sh[d].f, gave_to));
-    if (w > 0) len = (size_t)w < n ? (size_t)w : n - 1;
-    for (int i = 0; i < k && len + 1 < n; i++) {
-        w = snprintf(buf + len, n - len, "%d %llu %llu %llu %llu %llu %d\n", p[i].pid,
-                     (unsigned long long)p[i].held, (unsigned long long)p[i].min, (unsigned long long)p[i].weight,
-                     (unsigned long long)((now - p[i].active_ns) / MS), (unsigned long long)p[i].gave,
-                     (int)p[i].gave_to);
-        if (w > 0) len += (size_t)w < n - len ? (size_t)w : n - len - 1;
-    }
-    return len;
-}

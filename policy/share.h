@@ -27,9 +27,4 @@ bool gvm_share_active(int d);
  * leaving the cap at what the budget then leaves this process. */
 void gvm_share_make_room(int d, size_t need);
 
-/* The participants of device d as gvmctl shows them: writes one line per
- * process ("pid held min weight idle_ms gave gave_to") into buf; returns
- * the bytes written. */
-size_t gvm_share_describe(int d, char *buf, size_t n);
-
 #endif

@@ -158,17 +158,23 @@ uint64_t gvm_share_start_time(int pid)
     return proc_start(pid, &exited);
 }
 
+bool gvm_share_process_alive(int pid, uint64_t start)
+{
+    if (pid <= 0) return false;
+    /* kill refuses another user's live process (a group directory). */
+    if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+    bool exited;
+    uint64_t now = proc_start(pid, &exited);
+    if (exited) return false;
+    /* In another pid namespace /proc may not show it: kill said it lives. */
+    return !now || !start || now == start;
+}
+
 /* Whether the process in slot s is still the one that claimed it. */
 static bool slot_alive(const struct gvm_share_slot *s)
 {
-    int pid = __atomic_load_n(&s->pid, __ATOMIC_ACQUIRE);
-    if (pid <= 0) return false;
-    if (kill(pid, 0) != 0 && errno == ESRCH) return false;
-    bool exited;
-    uint64_t start = proc_start(pid, &exited);
-    if (exited) return false;
-    /* In another pid namespace /proc may not show it: kill said it lives. */
-    return !start || start == __atomic_load_n(&s->start, __ATOMIC_RELAXED);
+    return gvm_share_process_alive(__atomic_load_n(&s->pid, __ATOMIC_ACQUIRE),
+                                   __atomic_load_n(&s->start, __ATOMIC_RELAXED));
 }
 
 static void slot_clear(struct gvm_share_slot *s)

@@ -79,6 +79,10 @@ uint64_t gvm_share_get(const struct gvm_share_file *f, size_t field_offset);
 #define GVM_SHARE_SET(f, field, v) gvm_share_put((f), offsetof(struct gvm_share_slot, field), (uint64_t)(v))
 #define GVM_SHARE_GET(f, field) gvm_share_get((f), offsetof(struct gvm_share_slot, field))
 
+/* Whether process pid lives and is not a zombie (which holds no memory),
+ * and, with start != 0, is the one that started then (not a reused pid). */
+bool gvm_share_process_alive(int pid, uint64_t start);
+
 /* A process's start time, 0 when it cannot be read (gone). */
 uint64_t gvm_share_start_time(int pid);
 

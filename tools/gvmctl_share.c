@@ -53,23 +53,7 @@ static const struct gvm_share_table *map_table(const char *path)
     return t;
 }
 
-/* A process that has exited but that its parent has not reaped yet holds
- * no memory: /proc shows it as a zombie. */
-static bool exited(int pid)
-{
-    char path[64], buf[512];
-    snprintf(path, sizeof path, "/proc/%d/stat", pid);
-    FILE *f = fopen(path, "r");
-    if (!f) return false;
-    size_t n = fread(buf, 1, sizeof buf - 1, f);
-    fclose(f);
-    buf[n] = 0;
-    char *p = strrchr(buf, ')');
-    return p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X');
-}
-
-/* kill refuses another user's live process in a group directory. */
-static bool alive(int pid) { return pid > 0 && (kill(pid, 0) == 0 || errno == EPERM) && !exited(pid); }
+static bool alive(const struct gvm_share_slot *s) { return gvm_share_process_alive(s->pid, s->start); }
 
 static void show(const char *name, const struct gvm_share_table *t, bool json, bool *first)
 {
@@ -77,7 +61,7 @@ static void show(const char *name, const struct gvm_share_table *t, bool json, b
     int n = 0;
     for (int i = 0; i < GVM_SHARE_SLOTS; i++) {
         const struct gvm_share_slot *s = &t->slot[i];
-        if (!alive(s->pid)) continue;
+        if (!alive(s)) continue;
         n++;
         held += s->held > GVM_SHARE_BYTES_MAX ? GVM_SHARE_BYTES_MAX : s->held;
         if (s->budget > budget && s->budget <= GVM_SHARE_BYTES_MAX) budget = s->budget;
@@ -97,7 +81,7 @@ static void show(const char *name, const struct gvm_share_table *t, bool json, b
     int k = 0;
     for (int i = 0; i < GVM_SHARE_SLOTS; i++) {
         const struct gvm_share_slot *s = &t->slot[i];
-        if (!alive(s->pid)) continue;
+        if (!alive(s)) continue;
         double idle = s->active_ns && s->active_ns <= now ? (double)(now - s->active_ns) / 1e9 : -1;
         bool hung = s->beat_ns <= now && now - s->beat_ns > 2000000000ull;
         if (json) {
