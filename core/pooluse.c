@@ -1,26 +1,24 @@
 #include "core/pooluse.h"
 
+#include "core/log.h"
+#include "core/poolarena.h"
+
 #include <pthread.h>
 
 struct pool_figures {
-    uint64_t used, reserved, used_high, reserved_high;
-    uint64_t unsettled; /* freed bytes no synchronize has settled yet */
+    uint64_t used, used_high, reserved_high;
+    struct gvm_pool_arena arena; /* where the driver would have put them */
 };
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static struct pool_figures pools[GVM_MAX_DEVICES];
-static unsigned keeping; /* pools above their floor; read without the lock */
+static unsigned keeping; /* pools a synchronize could change; read without the lock */
 
 static bool on_device(int dev) { return dev >= 0 && dev < GVM_MAX_DEVICES; }
 
-static uint64_t round_up(uint64_t v, uint64_t unit) { return (v + unit - 1) / unit * unit; }
+static uint64_t reserved_of(const struct pool_figures *p) { return gvm_arena_reserved(&p->arena); }
 
-/* What live allocations hold at least: their bytes in whole chunks. */
-static uint64_t floor_of(const struct pool_figures *p) { return round_up(p->used, GVM_POOLUSE_GRANULE); }
-
-/* Whether a synchronize would change p: it keeps more than its floor, or
- * frees to settle. */
-static bool keeps_extra(const struct pool_figures *p) { return p->reserved > floor_of(p) || p->unsettled; }
+static bool keeps_extra(const struct pool_figures *p) { return gvm_arena_releasable(&p->arena, p->used); }
 
 /* Recounts the pools a synchronize would change, after a change to p; lock
  * held. */
@@ -29,32 +27,32 @@ static void note_change(struct pool_figures *p, bool was_keeping)
     bool now = keeps_extra(p);
     if (now != was_keeping) __atomic_store_n(&keeping, keeping + (now ? 1u : -1u), __ATOMIC_RELAXED);
     if (p->used > p->used_high) p->used_high = p->used;
-    if (p->reserved > p->reserved_high) p->reserved_high = p->reserved;
+    if (reserved_of(p) > p->reserved_high) p->reserved_high = reserved_of(p);
 }
 
-void gvm_pooluse_alloc(int dev, uint64_t counted)
+void gvm_pooluse_alloc(int dev, uintptr_t key, uint64_t counted)
 {
     if (!on_device(dev)) return;
     pthread_mutex_lock(&lock);
     struct pool_figures *p = &pools[dev];
     bool was = keeps_extra(p);
-    /* The pool's free bytes hold it, or it maps a new chunk of its own. */
-    if (p->reserved - p->used < counted) p->reserved += round_up(counted, GVM_POOLUSE_GRANULE);
+    gvm_arena_alloc(&p->arena, key, counted);
     p->used += counted;
-    if (p->unsettled > p->reserved - p->used) p->unsettled = p->reserved - p->used;
+    gvm_debug("pool of device %d: %#lx, %lu bytes; reserves %lu", dev, (unsigned long)key, (unsigned long)counted,
+              (unsigned long)reserved_of(p));
     note_change(p, was);
     pthread_mutex_unlock(&lock);
 }
 
-void gvm_pooluse_free(int dev, uint64_t counted)
+void gvm_pooluse_free(int dev, uintptr_t key, uint64_t counted)
 {
     if (!on_device(dev)) return;
     pthread_mutex_lock(&lock);
     struct pool_figures *p = &pools[dev];
     bool was = keeps_extra(p);
     p->used -= counted < p->used ? counted : p->used;
-    p->unsettled += counted;
-    if (p->unsettled > p->reserved - p->used) p->unsettled = p->reserved - p->used;
+    bool known = gvm_arena_free(&p->arena, key);
+    gvm_debug("pool of device %d: %#lx freed%s", dev, (unsigned long)key, known ? "" : ", not placed");
     note_change(p, was);
     pthread_mutex_unlock(&lock);
 }
@@ -70,27 +68,17 @@ bool gvm_pooluse_keeps_extra(int dev)
     return extra;
 }
 
-/* Lowers p's reserve to target, never below floor; lock held. */
-static void release_to(struct pool_figures *p, uint64_t target, uint64_t floor)
-{
-    bool was = keeps_extra(p);
-    if (target < floor) target = floor;
-    if (target < p->reserved) p->reserved = target;
-    note_change(p, was);
-}
-
 void gvm_pooluse_sync(int dev, uint64_t threshold)
 {
     if (!on_device(dev)) return;
     pthread_mutex_lock(&lock);
     struct pool_figures *p = &pools[dev];
     bool was = keeps_extra(p);
-    p->unsettled = 0;
+    uint64_t before = reserved_of(p);
+    gvm_arena_sync(&p->arena, threshold);
+    gvm_debug("pool of device %d synchronized (threshold %lu): reserves %lu, was %lu", dev, (unsigned long)threshold,
+              (unsigned long)reserved_of(p), (unsigned long)before);
     note_change(p, was);
-    /* The pool releases whole chunks until it holds no more than the
-     * threshold, as a trim to it would (a 32 MiB chunk kept above a
-     * smaller threshold would defeat it). */
-    if (p->reserved > threshold) release_to(p, threshold / GVM_POOLUSE_GRANULE * GVM_POOLUSE_GRANULE, floor_of(p));
     pthread_mutex_unlock(&lock);
 }
 
@@ -99,10 +87,12 @@ void gvm_pooluse_trim(int dev, uint64_t keep)
     if (!on_device(dev)) return;
     pthread_mutex_lock(&lock);
     struct pool_figures *p = &pools[dev];
-    /* Freed bytes no synchronize settled may still be in use by queued
-     * work: the driver cannot release them yet. */
-    uint64_t floor = round_up(p->used + p->unsettled, GVM_POOLUSE_GRANULE);
-    if (p->reserved > keep) release_to(p, keep / GVM_POOLUSE_GRANULE * GVM_POOLUSE_GRANULE, floor);
+    bool was = keeps_extra(p);
+    uint64_t before = reserved_of(p);
+    gvm_arena_trim(&p->arena, keep);
+    gvm_debug("pool of device %d trimmed to %lu: reserves %lu, was %lu", dev, (unsigned long)keep,
+              (unsigned long)reserved_of(p), (unsigned long)before);
+    note_change(p, was);
     pthread_mutex_unlock(&lock);
 }
 
@@ -113,7 +103,7 @@ uint64_t gvm_pooluse_read(int dev, enum gvm_pooluse_figure f)
     const struct pool_figures *p = &pools[dev];
     uint64_t v = f == GVM_POOLUSE_USED            ? p->used
                  : f == GVM_POOLUSE_USED_HIGH     ? p->used_high
-                 : f == GVM_POOLUSE_RESERVED      ? p->reserved
+                 : f == GVM_POOLUSE_RESERVED      ? reserved_of(p)
                                                   : p->reserved_high;
     pthread_mutex_unlock(&lock);
     return v;
@@ -125,7 +115,7 @@ void gvm_pooluse_reset_high(int dev, enum gvm_pooluse_figure high)
     pthread_mutex_lock(&lock);
     struct pool_figures *p = &pools[dev];
     if (high == GVM_POOLUSE_USED_HIGH) p->used_high = p->used;
-    if (high == GVM_POOLUSE_RESERVED_HIGH) p->reserved_high = p->reserved;
+    if (high == GVM_POOLUSE_RESERVED_HIGH) p->reserved_high = reserved_of(p);
     pthread_mutex_unlock(&lock);
 }
 
@@ -135,6 +125,7 @@ void gvm_pooluse_drop(int dev)
     pthread_mutex_lock(&lock);
     struct pool_figures *p = &pools[dev];
     bool was = keeps_extra(p);
+    gvm_arena_clear(&p->arena);
     *p = (struct pool_figures){0};
     note_change(p, was);
     pthread_mutex_unlock(&lock);

@@ -6,28 +6,24 @@
  * expects the driver's figures for the same sequence of calls.
  *
  * The driver's model, per pool (as measured on an H200, driver 580.159,
- * by gpu tests gpu-pointer-answers and gpu-torch-async-pool):
+ * by gpu tests gpu-cupy-pools and gpu-torch-async-pool):
  *   used     the live allocations' sizes exactly as requested, unrounded;
- *   reserved used plus freed bytes the pool keeps: it grows by whole
- *            32 MiB chunks (GVM_POOLUSE_GRANULE) when the free bytes it
- *            keeps cannot hold an allocation, and shrinks by whole chunks
- *            only at a synchronize (to no more than the release
- *            threshold, never below the chunks live allocations hold) or
- *            a trim (to no more than what is asked, never below what live
- *            allocations and frees no synchronize has settled yet hold);
+ *   reserved the 32 MiB chunks the pool has mapped: where the driver would
+ *            have placed each allocation in the pool's address range, and
+ *            which chunks a synchronize (down to the release threshold) or
+ *            a trim releases, is core/poolarena.h's;
  *   highs    the most of each since the start or the last reset.
  * Freed bytes are reused by any stream: what the default reuse flags give
  * once the free's work has run (opportunistic reuse); with the flags off,
  * the driver maps a new chunk for another stream where this model does
- * not. Bytes are fungible across chunks here: the driver places each
- * allocation inside one chunk, so fragmentation can make it map a chunk
- * this model does not.
+ * not.
  * Pure arithmetic: which pool and when is the caller's (preload/hooks_mem.c).
  * gpu test gpu-cupy-pools compares every figure with the driver's. */
 #ifndef GVM_POOLUSE_H
 #define GVM_POOLUSE_H
 
 #include "core/location.h"
+#include "core/poolarena.h"
 
 #include <stdbool.h>
 #include <stddef.h>
@@ -35,7 +31,7 @@
 
 /* The chunk a pool maps and releases memory in (CuPy's MemoryAsyncPool
  * notes the same 32 MiB steps). */
-#define GVM_POOLUSE_GRANULE ((uint64_t)32 << 20)
+#define GVM_POOLUSE_GRANULE GVM_POOLARENA_CHUNK
 
 enum gvm_pooluse_figure {
     GVM_POOLUSE_USED,
@@ -44,10 +40,11 @@ enum gvm_pooluse_figure {
     GVM_POOLUSE_RESERVED_HIGH,
 };
 
-/* An allocation of counted bytes (its size as requested) on dev's default
- * pool, and its free (in stream order or not: settled at a synchronize). */
-void gvm_pooluse_alloc(int dev, uint64_t counted);
-void gvm_pooluse_free(int dev, uint64_t counted);
+/* An allocation at key (its address) of counted bytes (its size as
+ * requested) on dev's default pool, and its free (in stream order or not:
+ * settled at a synchronize). */
+void gvm_pooluse_alloc(int dev, uintptr_t key, uint64_t counted);
+void gvm_pooluse_free(int dev, uintptr_t key, uint64_t counted);
 
 /* Whether a synchronize would change some pool (it keeps more than its
  * live allocations' chunks, or has frees to settle): one load, for the

@@ -157,6 +157,7 @@ static void scan(struct used *u, void *fn, void **params, void **extra)
     collect(u, fn, params, extra);
     if (u->n) gvm_policy_before_launch(u->r, u->n);
     if (u->partial) map_all_and_close();   /* its reach is not known whole */
+    else if (u->unscanned) gvm_move_gate_enter();   /* nor known at all: no move may run beside its call */
     if (!u->n) return;
     gvm_use_regions(u->r, u->n);
     if (u->partial || !__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED)) return;
@@ -176,8 +177,11 @@ static void collect(struct used *u, void *fn, void **params, void **extra)
     if (!gvm_policy_scans_launches()) {
         /* With tracking off, only linked programs reach these hooks: their
          * reach is unknown. Not scanning for now (auto, spill off), a
-         * launch goes straight to the driver, for one load: the hook is
-         * there so that spill turned on later scans it; lazily spilled
+         * launch goes to the driver holding the move gate (two atomic
+         * adds): a move begun meanwhile (a pause or a migrate from gvmctl,
+         * a spill turned on live) waits for the call, and the call for the
+         * move, whose wait for the devices then covers the launch. The hook
+         * is there so that spill turned on later scans it; lazily spilled
          * memory left from a spill since turned off is mapped first. */
         if (!gvm_shim_hooks_launches() || __atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED))
             u->partial = true;
@@ -234,7 +238,7 @@ static void release(struct used *u, CUresult rc, CUstream s, bool per_thread)
         gvm_launch_log_record(u->r, u->n, s, per_thread, u->partial);
     if (gvm_usemark_on()) note_uses(u, rc, s, per_thread);
     for (int i = 0; i < u->n; i++) gvm_use_end(u->r[i]);
-    if (u->partial) gvm_move_gate_leave();   /* after the stamp: a move begun now waits for the launch */
+    if (u->partial || u->unscanned) gvm_move_gate_leave();   /* after the stamp: a move begun now waits for the launch */
     if (u->n) gvm_prefetch_after(u->r, u->n);   /* queued: the next swap may start beside it */
 }
 

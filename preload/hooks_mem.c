@@ -22,13 +22,13 @@ static void forget_ordered(uintptr_t p)
 {
     int dev;
     size_t bytes;
-    if (gvm_tally_take(&ordered_live, p, &dev, &bytes)) gvm_pooluse_free(dev, bytes);
+    if (gvm_tally_take(&ordered_live, p, &dev, &bytes)) gvm_pooluse_free(dev, p, bytes);
 }
 
 /* The driver counts a pool allocation at its requested size, unrounded. */
 static void remember_ordered(uintptr_t p, int dev, size_t size)
 {
-    if (gvm_tally_add(&ordered_live, p, dev, size)) gvm_pooluse_alloc(dev, size);
+    if (gvm_tally_add(&ordered_live, p, dev, size)) gvm_pooluse_alloc(dev, p, size);
 }
 
 void gvm_shim_ordered_forget(int dev)

@@ -117,8 +117,9 @@ static int cupy_sequence(void)
     REC(D(cuMemFreeAsync, p2, s));
     REC(D(cuStreamSynchronize, s));
     show("its stream synchronized", pool);
-    /* An odd size, counted unrounded, and one past a 32 MiB chunk: the
-     * pool maps two more. */
+    /* An odd size, counted unrounded, and one past a 32 MiB chunk right
+     * after it in the pool's range: the pool maps one chunk more (H200,
+     * CuPy's figures in gpu test gpu-cupy-pools). */
     REC(D(cuMemAllocAsync, &p1, 100, NULL));
     REC(D(cuMemAllocAsync, &p2, 32 * MiB + 1, NULL));
     show("odd sizes", pool);
@@ -129,6 +130,37 @@ static int cupy_sequence(void)
     REC(D(cuEventRecord, e, NULL));
     REC(D(cuEventSynchronize, e));
     show("freed and synchronized", pool);
+    return 0;
+}
+
+/* CuPy's odd sizes, then a release threshold of 5 MiB and a synchronize
+ * (gpu test gpu-cupy-pools' steps "odd" and "threshold"). */
+static int cupy_threshold_sequence(void)
+{
+    CUmemoryPool pool = start(0);
+    CUdeviceptr p1 = 0, raw = 0, p2 = 0, many[64];
+    cuuint64_t max = UINT64_MAX, five = 5 * MiB;
+    REC(D(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &max));
+    REC(D(cuMemAllocAsync, &p1, 512, NULL));
+    REC(D(cuMemAllocAsync, &raw, 100, NULL));
+    REC(D(cuMemAllocAsync, &p2, 32 * MiB + 512, NULL));
+    for (int i = 0; i < 64; i++) REC(D(cuMemAllocAsync, &many[i], 4096 * (size_t)(i + 1), NULL));
+    show("odd", pool);
+    for (int i = 63; i >= 0; i--) REC(D(cuMemFreeAsync, many[i], NULL));   /* a list is freed from its end */
+    REC(D(cuMemFreeAsync, raw, NULL));
+    REC(D(cuMemFreeAsync, p1, NULL));
+    REC(D(cuMemFreeAsync, p2, NULL));
+    REC(D(cuCtxSynchronize));
+    show("odd synchronized", pool);
+    REC(D(cuCtxSynchronize));
+    REC(D(cuMemPoolTrimTo, pool, 0));
+    show("clean", pool);
+    REC(D(cuMemPoolSetAttribute, pool, CU_MEMPOOL_ATTR_RELEASE_THRESHOLD, &five));
+    REC(D(cuMemAllocAsync, &p1, 20 * MiB, NULL));
+    REC(D(cuMemFreeAsync, p1, NULL));
+    show("5 MiB freed", pool);
+    REC(D(cuCtxSynchronize));
+    show("5 MiB synchronized", pool);
     return 0;
 }
 
@@ -378,7 +410,7 @@ static void cupy_async_pool_figures(void)
         "free_all_blocks: used=0/0 used_high=0/3072 reserved=0/0",
         "trim before a sync: used=0/0 used_high=0/3072 reserved=0/33554432",
         "sync and trim: used=0/0 used_high=0/3072 reserved=0/0",
-        "odd sizes: used=0/33554533 used_high=0/33554533 reserved=0/100663296",
+        "odd sizes: used=0/33554533 used_high=0/33554533 reserved=0/67108864",
         "freed and synchronized: used=0/0 used_high=0/33554533 reserved=0/0",
         NULL};
     same_with_and_without_shim("cupy", expect);
@@ -390,9 +422,9 @@ static void pool_settings_and_highs(void)
         "threshold 41943040",
         "73 MiB: used=0/76546048 used_high=0/76546048 reserved=0/100663296",
         "synchronized above the threshold: used=0/0 used_high=0/76546048 reserved=0/33554432",
-        "kept under an unbounded threshold: used=0/0 used_high=0/76546048 reserved=0/100663296",
-        "trimmed to 40 MiB: used=0/0 used_high=0/76546048 reserved=0/33554432",
-        "highs reset: used=0/0 used_high=0/0 reserved=0/33554432 reserved_high=0/33554432",
+        "kept under an unbounded threshold: used=0/0 used_high=0/76546048 reserved=0/67108864",
+        "trimmed to 40 MiB: used=0/0 used_high=0/76546048 reserved=0/67108864",
+        "highs reset: used=0/0 used_high=0/0 reserved=0/67108864 reserved_high=0/67108864",
         "opportunistic 1",
         "opportunistic 0",
         "follow_event_dependencies 0",
@@ -426,6 +458,7 @@ int main(int argc, char **argv)
     if (argc == 3 && !strcmp(argv[1], "--mode")) {
         if (!strcmp(argv[2], "cupy")) exit(cupy_sequence());
         if (!strcmp(argv[2], "settings")) exit(settings_sequence());
+        if (!strcmp(argv[2], "cupy-threshold")) exit(cupy_threshold_sequence());
         if (!strcmp(argv[2], "other")) exit(other_pools_sequence());
         if (!strcmp(argv[2], "reset")) exit(reset_sequence());
         return 2;

@@ -2321,7 +2321,7 @@ static void forked_children_never_hang_nor_report(void)
      * ThreadSanitizer each child would inherit their count as its exit
      * status. This test is about hangs and statistics. */
     const char *envs[] = {"GVM_STATS=1", "GVM_SPILL=host", "GVM_DEVICE_LIMIT=0:24M", "GVM_PROMOTE_INTERVAL=1ms",
-                          "GVM_CACHE_LIMIT=0", "TSAN_OPTIONS=report_bugs=0", NULL};
+                          "GVM_CACHE_LIMIT=0", "TSAN_OPTIONS=report_bugs=0:atexit_sleep_ms=0", NULL};
     CHECK_EQ(run_self_envs("fork", envs, out, sizeof out), 0);
     /* One summary: the parent's. */
     char *first = strstr(out, "allocations_total");

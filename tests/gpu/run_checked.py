@@ -137,7 +137,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lib", help="libgvmshim.so to preload for the program")
     ap.add_argument("--no-preload", action="store_true", help="run the program without LD_PRELOAD")
-    ap.add_argument("--stats", help="where the program writes its stats JSON (default: a temporary file)")
+    ap.add_argument("--stats", help="where the program writes its stats JSON, the pid added to the name "
+                    "(default: a temporary file)")
     ap.add_argument("--check", action="append", default=[], help="an expression over the stats JSON")
     ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for the program")
     ap.add_argument("--timeout", type=float, default=600, help="seconds before the program is killed")
@@ -174,7 +175,10 @@ def main():
     tmpdir = None
     if args.check:
         if args.stats:
-            stats_path = os.path.abspath(args.stats)
+            # One file per run: the same test run on other GPUs of the
+            # machine at the same time (scripts/gpu-all --gpus) writes its own.
+            base, ext = os.path.splitext(os.path.abspath(args.stats))
+            stats_path = "%s.%d%s" % (base, os.getpid(), ext)
         else:
             tmpdir = tempfile.mkdtemp(prefix="gvm-stats-")
             stats_path = os.path.join(tmpdir, "stats.json")
@@ -248,10 +252,11 @@ def main():
                     failed += 1
             if failed:
                 print("stats file: %s" % stats_path)
-    if tmpdir and not failed:
+    if stats_path and not failed:
         try:
             os.unlink(stats_path)
-            os.rmdir(tmpdir)
+            if tmpdir:
+                os.rmdir(tmpdir)
         except OSError:
             pass
     print("%d passed, %d failed" % (passed, failed))

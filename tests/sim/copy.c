@@ -32,7 +32,7 @@ CUresult sim_copy_1d(uintptr_t dst, int dkind, uintptr_t src, int skind, size_t 
     if (rc == CUDA_SUCCESS)
         rc = sim_resolve(src, skind, n, &s);
     if (rc == CUDA_SUCCESS)
-        memmove(d, s, n);
+        sim_bulk_move(d, s, n);
     return rc;
 }
 
@@ -201,7 +201,7 @@ static CUresult sim_copy_3d(const struct sim_side *dst, const struct sim_side *s
         return rc;
     for (size_t k = 0; k < e.d; k++)
         for (size_t j = 0; j < e.h; j++)
-            memmove(d + (k * dst->height + j) * dst->pitch,
+            sim_bulk_move(d + (k * dst->height + j) * dst->pitch,
                     s + (k * src->height + j) * src->pitch, e.w);
     return CUDA_SUCCESS;
 }

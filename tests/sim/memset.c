@@ -9,17 +9,16 @@ static void sim_fill_row(unsigned char *p, unsigned value, unsigned elem, size_t
     unsigned short v16 = (unsigned short)value;
     const void *pattern = elem == 2 ? (const void *)&v16 : (const void *)&value;
     if (elem == 1) {
-        memset(p, (int)value, width);
+        sim_bulk_set(p, (int)value, width);
         return;
     }
     /* One element, then the filled part copied onto what follows it,
-     * doubling: a few calls instead of one per element (each call a
-     * sanitizer's interceptor, most of a sanitized run's time). */
+     * doubling: a few calls instead of one per element. */
     size_t done = elem, total = width * elem;
     memcpy(p, pattern, elem);
     while (done < total) {
         size_t n = done < total - done ? done : total - done;
-        memcpy(p + done, p, n);
+        sim_bulk_move(p + done, p, n);
         done += n;
     }
 }

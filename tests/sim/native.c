@@ -146,7 +146,7 @@ static CUresult sim_mem_free(CUdeviceptr p)
     if (!n || n->base != p)
         return CUDA_ERROR_INVALID_VALUE;
     if (n->pool)
-        sim_pool_note_free(n->pool, n->size);
+        sim_pool_note_free(n->pool, n->base, n->size);
     sim_vec_remove(&sim.natives, n);
     sim_native_destroy(n);
     return CUDA_SUCCESS;
@@ -173,7 +173,7 @@ static CUresult sim_mem_alloc_in(CUdeviceptr *dptr, size_t size, CUmemoryPool po
         struct sim_native *n = sim_native_at(p);
         n->pool = pool ? pool : sim_pool_current_of(dev);
         n->pooled = n->pool == sim_pool_default_of(dev);
-        sim_pool_note_alloc(n->pool, size);
+        sim_pool_note_alloc(n->pool, p, size);
         *dptr = p;
     }
     return rc;

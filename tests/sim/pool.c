@@ -2,37 +2,39 @@
  * answers it (the figures a program reads: PyTorch's cudaMallocAsync
  * backend, CuPy's MemoryAsyncPool):
  *   used      live allocations at their requested sizes, unrounded;
- *   reserved  grows by whole 32 MiB chunks when the pool's free bytes
- *             cannot hold an allocation; at a synchronize, released to
- *             no more than the release threshold (in chunks, never below
- *             the chunks live allocations hold); at cuMemPoolTrimTo(keep),
- *             down to keep or below, never below what live allocations and
- *             frees no synchronize settled yet hold;
+ *   reserved  the 32 MiB chunks the pool maps for where it places each
+ *             allocation in its address range; a synchronize releases
+ *             chunks no allocation covers down to the release threshold,
+ *             cuMemPoolTrimTo(keep) while at least keep stays and never
+ *             a chunk a free no synchronize settled yet covers;
  *   highs     the most of each, reset to the current figure by setting 0.
+ * The placement is core/poolarena.c's, compiled in here: it was checked
+ * against the driver's own addresses and reserve, logged on an H200
+ * (driver 580.159) by scripts/probe/poolplace.c, by cpu test pool-arena
+ * replaying that log; this model's job is the pool's answers, so that the
+ * cpu suite checks what the shim's hooks feed the same bookkeeping.
  * The release threshold (default 0) and the reuse flags (default on) are
- * kept as set. The chunk and the unrounded sizes are as measured on an
- * H200, driver 580.159 (gpu tests gpu-pointer-answers,
- * gpu-torch-async-pool). Every pool handle gets its figures on first use
- * (the sim's pools are handles only: device.c). */
+ * kept as set. Every pool handle gets its figures on first use (the sim's
+ * pools are handles only: device.c). */
 #include "sim.h"
+
+#include "../../core/poolarena.h"
 
 #include <pthread.h>
 
-/* The chunk a pool maps and releases memory in; VMM granularity
- * (SIM_GRANULE) is another thing. */
-#define SIM_POOL_CHUNK ((uint64_t)32 << 20)
 #define SIM_POOLS 64
 
 struct sim_pool_use {
     CUmemoryPool pool;
-    uint64_t used, reserved, used_high, reserved_high, unsettled, threshold;
+    uint64_t used, used_high, reserved_high, threshold;
+    struct gvm_pool_arena arena;
     int reuse[3]; /* FOLLOW_EVENT_DEPENDENCIES, ALLOW_OPPORTUNISTIC, ALLOW_INTERNAL_DEPENDENCIES */
 };
 
 static pthread_mutex_t sim_pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sim_pool_use sim_pool_uses[SIM_POOLS];
 
-static uint64_t sim_up(uint64_t v, uint64_t unit) { return (v + unit - 1) / unit * unit; }
+static uint64_t sim_reserved(const struct sim_pool_use *u) { return gvm_arena_reserved(&u->arena); }
 
 /* pool's figures, made on first use; NULL when the table is full. Lock held. */
 static struct sim_pool_use *sim_pool_use_of(CUmemoryPool pool)
@@ -52,36 +54,29 @@ static void sim_pool_marks(struct sim_pool_use *u)
 {
     if (u->used > u->used_high)
         u->used_high = u->used;
-    if (u->reserved > u->reserved_high)
-        u->reserved_high = u->reserved;
+    if (sim_reserved(u) > u->reserved_high)
+        u->reserved_high = sim_reserved(u);
 }
 
-void sim_pool_note_alloc(CUmemoryPool pool, size_t size)
+void sim_pool_note_alloc(CUmemoryPool pool, uintptr_t p, size_t size)
 {
-    uint64_t n = size;
     pthread_mutex_lock(&sim_pool_lock);
     struct sim_pool_use *u = sim_pool_use_of(pool);
     if (u) {
-        if (u->reserved - u->used < n)
-            u->reserved += sim_up(n, SIM_POOL_CHUNK);
-        u->used += n;
-        if (u->unsettled > u->reserved - u->used)
-            u->unsettled = u->reserved - u->used;
+        gvm_arena_alloc(&u->arena, p, size);
+        u->used += size;
         sim_pool_marks(u);
     }
     pthread_mutex_unlock(&sim_pool_lock);
 }
 
-void sim_pool_note_free(CUmemoryPool pool, size_t size)
+void sim_pool_note_free(CUmemoryPool pool, uintptr_t p, size_t size)
 {
-    uint64_t n = size;
     pthread_mutex_lock(&sim_pool_lock);
     struct sim_pool_use *u = sim_pool_use_of(pool);
     if (u) {
-        u->used -= n < u->used ? n : u->used;
-        u->unsettled += n;
-        if (u->unsettled > u->reserved - u->used)
-            u->unsettled = u->reserved - u->used;
+        u->used -= size < u->used ? size : u->used;
+        gvm_arena_free(&u->arena, p);
     }
     pthread_mutex_unlock(&sim_pool_lock);
 }
@@ -93,14 +88,8 @@ void sim_pool_settle(void)
     pthread_mutex_lock(&sim_pool_lock);
     for (int i = 0; i < SIM_POOLS; i++) {
         struct sim_pool_use *u = &sim_pool_uses[i];
-        u->unsettled = 0;
-        if (!u->pool || u->reserved <= u->threshold)
-            continue;
-        uint64_t keep = u->threshold / SIM_POOL_CHUNK * SIM_POOL_CHUNK, floor = sim_up(u->used, SIM_POOL_CHUNK);
-        if (keep < floor)
-            keep = floor;
-        if (keep < u->reserved)
-            u->reserved = keep;
+        if (u->pool)
+            gvm_arena_sync(&u->arena, u->threshold);
     }
     pthread_mutex_unlock(&sim_pool_lock);
 }
@@ -111,14 +100,8 @@ CUresult sim_pool_trim_to(CUmemoryPool pool, size_t keep)
         return CUDA_ERROR_INVALID_VALUE;
     pthread_mutex_lock(&sim_pool_lock);
     struct sim_pool_use *u = sim_pool_use_of(pool);
-    if (u && u->reserved > keep) {
-        uint64_t target = keep / SIM_POOL_CHUNK * SIM_POOL_CHUNK;
-        uint64_t floor = sim_up(u->used + u->unsettled, SIM_POOL_CHUNK);
-        if (target < floor)
-            target = floor;
-        if (target < u->reserved)
-            u->reserved = target;
-    }
+    if (u)
+        gvm_arena_trim(&u->arena, keep);
     pthread_mutex_unlock(&sim_pool_lock);
     return CUDA_SUCCESS;
 }
@@ -150,7 +133,7 @@ CUresult sim_pool_attr(CUmemoryPool pool, CUmemPool_attribute attr, void *value,
         if (set)
             rc = CUDA_ERROR_INVALID_VALUE;
         else
-            *v64 = attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT ? u->used : u->reserved;
+            *v64 = attr == CU_MEMPOOL_ATTR_USED_MEM_CURRENT ? u->used : sim_reserved(u);
     } else if (attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH || attr == CU_MEMPOOL_ATTR_RESERVED_MEM_HIGH) {
         uint64_t *high = attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH ? &u->used_high : &u->reserved_high;
         if (!set)
@@ -158,7 +141,7 @@ CUresult sim_pool_attr(CUmemoryPool pool, CUmemPool_attribute attr, void *value,
         else if (*v64 != 0)
             rc = CUDA_ERROR_INVALID_VALUE; /* only a reset to 0 is allowed */
         else
-            *high = attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH ? u->used : u->reserved;
+            *high = attr == CU_MEMPOOL_ATTR_USED_MEM_HIGH ? u->used : sim_reserved(u);
     } else {
         rc = CUDA_ERROR_INVALID_VALUE;
     }
@@ -169,8 +152,10 @@ CUresult sim_pool_attr(CUmemoryPool pool, CUmemPool_attribute attr, void *value,
 void sim_pool_uses_reset(void)
 {
     pthread_mutex_lock(&sim_pool_lock);
-    for (int i = 0; i < SIM_POOLS; i++)
+    for (int i = 0; i < SIM_POOLS; i++) {
+        gvm_arena_clear(&sim_pool_uses[i].arena);
         sim_pool_uses[i] = (struct sim_pool_use){0};
+    }
     pthread_mutex_unlock(&sim_pool_lock);
 }
 
@@ -179,7 +164,8 @@ void sim_pool_forget(CUmemoryPool pool)
     pthread_mutex_lock(&sim_pool_lock);
     struct sim_pool_use *u = sim_pool_use_of(pool);
     if (u) {
-        u->used = u->reserved = u->used_high = u->reserved_high = u->unsettled = 0;
+        gvm_arena_clear(&u->arena);
+        u->used = u->used_high = u->reserved_high = 0;
     }
     pthread_mutex_unlock(&sim_pool_lock);
 }

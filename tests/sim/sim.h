@@ -190,8 +190,8 @@ CUmemoryPool sim_pool_default_of(int dev);
 /* The pools' figures as the driver reports them (pool.c): an allocation
  * from pool and its free, a synchronize (it settles every free), a trim,
  * an attribute read (set 0) or written (set 1), a reset of the sim. */
-void sim_pool_note_alloc(CUmemoryPool pool, size_t size);
-void sim_pool_note_free(CUmemoryPool pool, size_t size);
+void sim_pool_note_alloc(CUmemoryPool pool, uintptr_t p, size_t size);
+void sim_pool_note_free(CUmemoryPool pool, uintptr_t p, size_t size);
 void sim_pool_settle(void);
 CUresult sim_pool_trim_to(CUmemoryPool pool, size_t keep);
 CUresult sim_pool_attr(CUmemoryPool pool, CUmemPool_attribute attr, void *value, int set);
@@ -273,6 +273,10 @@ void sim_captures_reset(void);
 /* Copies and sets (lock held). */
 enum sim_side_kind { SIM_HOSTMEM, SIM_DEVMEM, SIM_UNIFIED };
 CUresult sim_copy_1d(uintptr_t dst, int dkind, uintptr_t src, int skind, size_t n);
+/* The data of a copy or memset (tests/sim/bulk.c): memmove and memset
+ * without the sanitizers' per-byte bookkeeping. */
+void sim_bulk_move(void *dst, const void *src, size_t n);
+void sim_bulk_set(void *dst, int value, size_t n);
 CUresult sim_fill(uintptr_t dst, size_t pitch, unsigned value, unsigned elem, size_t width,
                   size_t height);
 
