@@ -10,6 +10,7 @@ open, so gvmshim tags them as it would PyTorch's segments.
 """
 import ctypes
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -267,6 +268,13 @@ def main():
         return {"sglang": child_sglang, "keep": child_keep, "no-torch": child_no_torch}[which](c)
     lib, simdir, python_dir = sys.argv[1:4]
     fake = tempfile.mkdtemp(prefix="fake-torch-")
+    try:
+        return run_children(lib, simdir, python_dir, fake)
+    finally:
+        shutil.rmtree(fake, ignore_errors=True)
+
+
+def run_children(lib, simdir, python_dir, fake):
     os.makedirs(os.path.join(fake, "torch"))
     with open(os.path.join(fake, "torch", "__init__.py"), "w") as f:
         f.write(FAKE_TORCH)
