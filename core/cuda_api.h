@@ -31,6 +31,11 @@ CUresult CUDAAPI cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle handle
 #undef cuDevicePrimaryCtxReset
 CUresult CUDAAPI cuDevicePrimaryCtxReset(CUdevice dev);
 
+/* cuCtxSynchronize_v2 (a context to wait for; NULL: the current one) is
+ * exported by drivers of CUDA 13 and asked for by CUDA 13's runtime for
+ * cudaDeviceSynchronize; cuda.h of 13.0 does not declare it yet. */
+CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx);
+
 /* The same for cuCtxDestroy (_v2 since CUDA 4.0). */
 #undef cuCtxDestroy
 CUresult CUDAAPI cuCtxDestroy(CUcontext ctx);

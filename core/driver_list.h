@@ -46,7 +46,7 @@
     O(cuMemAllocFromPoolAsync) O(cuMemAllocFromPoolAsync_ptsz)                 \
     O(cuMemFreeAsync) O(cuMemFreeAsync_ptsz) O(cuMemPoolSetAccess)             \
     O(cuMemPoolGetAttribute) O(cuMemPoolSetAttribute) O(cuMemPoolTrimTo)      \
-    O(cuStreamSynchronize_ptsz)                                                \
+    O(cuStreamSynchronize_ptsz) O(cuCtxSynchronize_v2)                         \
     O(cuMemcpy) O(cuMemcpy_ptds) O(cuMemcpyAsync) O(cuMemcpyAsync_ptsz)        \
     O(cuMemcpyPeer) O(cuMemcpyPeer_ptds) O(cuMemcpyPeerAsync)                  \
     O(cuMemcpyPeerAsync_ptsz) O(cuMemcpyHtoD_v2) O(cuMemcpyHtoD_v2_ptds)       \

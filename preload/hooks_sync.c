@@ -37,6 +37,16 @@ GVM_EXPORT CUresult CUDAAPI cuCtxSynchronize(void)
     return rc;
 }
 
+/* CUDA 13's runtime waits for a device (cudaDeviceSynchronize) with
+ * this one: NULL is the current context. */
+GVM_EXPORT CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
+{
+    gvm_hook_count(GVM_FN_cuCtxSynchronize_v2);
+    CUresult rc = GVM_REAL(cuCtxSynchronize_v2)(ctx);
+    if (settles(rc)) gvm_shim_pools_synchronized(ctx ? gvm_shim_device_of(ctx) : current_device());
+    return rc;
+}
+
 GVM_EXPORT CUresult CUDAAPI cuStreamSynchronize(CUstream s)
 {
     gvm_hook_count(GVM_FN_cuStreamSynchronize);

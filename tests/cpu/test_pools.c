@@ -134,7 +134,8 @@ static int cupy_sequence(void)
 }
 
 /* CuPy's odd sizes, then a release threshold of 5 MiB and a synchronize
- * (gpu test gpu-cupy-pools' steps "odd" and "threshold"). */
+ * (gpu test gpu-cupy-pools' steps "odd" and "threshold"), the one CuPy's
+ * Device.synchronize() makes through CUDA 13's runtime. */
 static int cupy_threshold_sequence(void)
 {
     CUmemoryPool pool = start(0);
@@ -159,8 +160,15 @@ static int cupy_threshold_sequence(void)
     REC(D(cuMemAllocAsync, &p1, 20 * MiB, NULL));
     REC(D(cuMemFreeAsync, p1, NULL));
     show("5 MiB freed", pool);
-    REC(D(cuCtxSynchronize));
+    /* The wait CUDA 13's runtime makes for cudaDeviceSynchronize. */
+    REC(D(cuCtxSynchronize_v2, NULL));
     show("5 MiB synchronized", pool);
+    CUcontext ctx = NULL;
+    REC(D(cuCtxGetCurrent, &ctx));
+    REC(D(cuMemAllocAsync, &p1, 20 * MiB, NULL));
+    REC(D(cuMemFreeAsync, p1, NULL));
+    REC(D(cuCtxSynchronize_v2, ctx));
+    show("its context named", pool);
     return 0;
 }
 
@@ -416,6 +424,19 @@ static void cupy_async_pool_figures(void)
     same_with_and_without_shim("cupy", expect);
 }
 
+static void a_runtime_device_synchronize_releases(void)
+{
+    static const char *const expect[] = {
+        "odd: used=0/42075236 used_high=0/42075236 reserved=0/67108864",
+        "odd synchronized: used=0/0 used_high=0/42075236 reserved=0/67108864",
+        "clean: used=0/0 used_high=0/42075236 reserved=0/0",
+        "5 MiB freed: used=0/0 used_high=0/42075236 reserved=0/33554432",
+        "5 MiB synchronized: used=0/0 used_high=0/42075236 reserved=0/0",
+        "its context named: used=0/0 used_high=0/42075236 reserved=0/0",
+        NULL};
+    same_with_and_without_shim("cupy-threshold", expect);
+}
+
 static void pool_settings_and_highs(void)
 {
     static const char *const expect[] = {
@@ -466,6 +487,7 @@ int main(int argc, char **argv)
     static const struct test_case cases[] = {
         TEST_ENTRY(cupy_async_pool_figures)
         TEST_ENTRY(pool_settings_and_highs)
+        TEST_ENTRY(a_runtime_device_synchronize_releases)
         TEST_ENTRY(pools_the_program_made_and_other_devices)
         TEST_ENTRY(a_reset_empties_the_pool)
         TEST_ENTRY(failures_keep_the_figures)

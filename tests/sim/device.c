@@ -693,3 +693,21 @@ CUresult CUDAAPI cuCtxSynchronize(void)
 {
     SIM_API(cuCtxSynchronize, SIM_READ, sim_ctx_sync());
 }
+
+/* The context named (NULL: the current one), waited for as if current. */
+static CUresult sim_ctx_sync_of(CUcontext ctx)
+{
+    if (!ctx)
+        return sim_ctx_sync();
+    CUresult rc = sim_ctx_push(ctx);
+    if (rc != CUDA_SUCCESS)
+        return rc;
+    rc = sim_ctx_sync();
+    sim_ctx_pop(NULL);
+    return rc;
+}
+
+CUresult CUDAAPI cuCtxSynchronize_v2(CUcontext ctx)
+{
+    SIM_API(cuCtxSynchronize_v2, SIM_READ, sim_ctx_sync_of(ctx));
+}

@@ -155,7 +155,7 @@ void sim_flight_event_sync(CUevent e)
 /* Whether fn waits for work. */
 static int is_wait(enum sim_fn fn)
 {
-    return fn == SIM_FN_cuCtxSynchronize || fn == SIM_FN_cuStreamSynchronize || fn == SIM_FN_cuStreamSynchronize_ptsz ||
+    return fn == SIM_FN_cuCtxSynchronize || fn == SIM_FN_cuCtxSynchronize_v2 || fn == SIM_FN_cuStreamSynchronize || fn == SIM_FN_cuStreamSynchronize_ptsz ||
            fn == SIM_FN_cuEventSynchronize;
 }
 
