@@ -68,33 +68,27 @@ bool gvm_pooluse_keeps_extra(int dev)
     return extra;
 }
 
-void gvm_pooluse_sync(int dev, uint64_t threshold)
+/* A synchronize (down to threshold `to`) or a trim (keeping at least `to`). */
+static void release(int dev, uint64_t to, bool trim)
 {
     if (!on_device(dev)) return;
     pthread_mutex_lock(&lock);
     struct pool_figures *p = &pools[dev];
     bool was = keeps_extra(p);
     uint64_t before = reserved_of(p);
-    gvm_arena_sync(&p->arena, threshold);
-    gvm_debug("pool of device %d synchronized (threshold %lu): reserves %lu, was %lu", dev, (unsigned long)threshold,
-              (unsigned long)reserved_of(p), (unsigned long)before);
+    if (trim)
+        gvm_arena_trim(&p->arena, to);
+    else
+        gvm_arena_sync(&p->arena, to);
+    gvm_debug("pool of device %d %s %lu: reserves %lu, was %lu", dev, trim ? "trimmed to" : "synchronized, threshold",
+              (unsigned long)to, (unsigned long)reserved_of(p), (unsigned long)before);
     note_change(p, was);
     pthread_mutex_unlock(&lock);
 }
 
-void gvm_pooluse_trim(int dev, uint64_t keep)
-{
-    if (!on_device(dev)) return;
-    pthread_mutex_lock(&lock);
-    struct pool_figures *p = &pools[dev];
-    bool was = keeps_extra(p);
-    uint64_t before = reserved_of(p);
-    gvm_arena_trim(&p->arena, keep);
-    gvm_debug("pool of device %d trimmed to %lu: reserves %lu, was %lu", dev, (unsigned long)keep,
-              (unsigned long)reserved_of(p), (unsigned long)before);
-    note_change(p, was);
-    pthread_mutex_unlock(&lock);
-}
+void gvm_pooluse_sync(int dev, uint64_t threshold) { release(dev, threshold, false); }
+
+void gvm_pooluse_trim(int dev, uint64_t keep) { release(dev, keep, true); }
 
 uint64_t gvm_pooluse_read(int dev, enum gvm_pooluse_figure f)
 {
