@@ -187,25 +187,52 @@ void gvm_use_regions(struct gvm_region *const *r, int n)
     }
 }
 
-static unsigned moves_active, gate_users;
+static unsigned moves_active;
+
+/* The gate's holders, counted on stripes of their own cache line: every
+ * launch not scanned enters it, and threads launching at once would
+ * otherwise contend for one counter. A thread keeps its stripe, so it
+ * leaves where it entered; a move waits for every stripe to empty. */
+#define GATE_STRIPES 16
+static struct {
+    unsigned users;
+    char pad[64 - sizeof(unsigned)];
+} gate[GATE_STRIPES] __attribute__((aligned(64)));
+static unsigned gate_next;
+static __thread int gate_stripe = -1;
+
+static unsigned *my_stripe(void)
+{
+    if (gate_stripe < 0)
+        gate_stripe = (int)(__atomic_fetch_add(&gate_next, 1, __ATOMIC_RELAXED) % GATE_STRIPES);
+    return &gate[gate_stripe].users;
+}
+
+static bool gate_held(void)
+{
+    for (int i = 0; i < GATE_STRIPES; i++)
+        if (__atomic_load_n(&gate[i].users, __ATOMIC_SEQ_CST)) return true;
+    return false;
+}
 
 void gvm_move_gate_enter(void)
 {
+    unsigned *users = my_stripe();
     for (;;) {
-        __atomic_fetch_add(&gate_users, 1, __ATOMIC_SEQ_CST);
+        __atomic_fetch_add(users, 1, __ATOMIC_SEQ_CST);
         if (!__atomic_load_n(&moves_active, __ATOMIC_SEQ_CST)) return;
-        __atomic_fetch_sub(&gate_users, 1, __ATOMIC_SEQ_CST);
+        __atomic_fetch_sub(users, 1, __ATOMIC_SEQ_CST);
         while (__atomic_load_n(&moves_active, __ATOMIC_SEQ_CST)) sched_yield();
     }
 }
 
-void gvm_move_gate_leave(void) { __atomic_fetch_sub(&gate_users, 1, __ATOMIC_SEQ_CST); }
+void gvm_move_gate_leave(void) { __atomic_fetch_sub(my_stripe(), 1, __ATOMIC_SEQ_CST); }
 
 void gvm_move_enter(struct gvm_region *r)
 {
     gvm_phys_moves(1);
     __atomic_fetch_add(&moves_active, 1, __ATOMIC_SEQ_CST);
-    while (__atomic_load_n(&gate_users, __ATOMIC_SEQ_CST)) sched_yield();
+    while (gate_held()) sched_yield();
     __atomic_store_n(&r->moving, 1, __ATOMIC_SEQ_CST);
     while (announced(r)) sched_yield();
 }
@@ -214,7 +241,7 @@ bool gvm_move_try_enter(struct gvm_region *r)
 {
     gvm_phys_moves(1);
     __atomic_fetch_add(&moves_active, 1, __ATOMIC_SEQ_CST);
-    if (!__atomic_load_n(&gate_users, __ATOMIC_SEQ_CST)) {
+    if (!gate_held()) {
         __atomic_store_n(&r->moving, 1, __ATOMIC_SEQ_CST);
         if (!announced(r)) return true;
         __atomic_store_n(&r->moving, 0, __ATOMIC_SEQ_CST);

@@ -41,8 +41,10 @@ void gvm_use_regions(struct gvm_region *const *r, int n);
 /* Ends an announcement of r (NULL: nothing) on the thread that made it. */
 void gvm_use_end(struct gvm_region *r);
 
-/* Graph launches cannot be scanned: each holds this gate for the launch
- * call, and a move closes it (and waits for holders) before it starts. */
+/* Launches whose reach is not known (graphs, launches not scanned or
+ * scanned in part) hold this gate for the launch call, and a move closes
+ * it (and waits for holders) before it starts. Enter and leave on one
+ * thread. */
 void gvm_move_gate_enter(void);
 void gvm_move_gate_leave(void);
 
