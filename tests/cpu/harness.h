@@ -137,6 +137,28 @@ static inline const char *test_scratch_dir(void)
 
 /* "--shard K/N": *k (0-based) and *of; false, with a message, when it is
  * malformed. */
+/* A child's exit status as a shell gives it (128 + the signal when one
+ * killed it). */
+static inline int test_exit_code(int status)
+{
+    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+/* The parent's side of a child started with its output on pipe fd: reads
+ * it into out (NUL-terminated; NULL: left unread), closes fd, waits for
+ * the child and returns its exit code. */
+static inline int test_child_output(pid_t pid, int fd, char *out, size_t outlen)
+{
+    size_t n = 0;
+    ssize_t r;
+    while (out && n + 1 < outlen && (r = read(fd, out + n, outlen - n - 1)) > 0) n += (size_t)r;
+    if (out) out[n] = 0;
+    close(fd);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    return test_exit_code(status);
+}
+
 static inline int parse_shard(const char *arg, size_t *k, size_t *of)
 {
     unsigned long kk = 0, nn = 0;

@@ -338,7 +338,7 @@ static int run_self(const char *mode, const char *env)
     }
     int status;
     waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return test_exit_code(status);
 }
 
 static int linked_program_without_a_driver_table(void)

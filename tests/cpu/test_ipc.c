@@ -372,7 +372,7 @@ static int finish(struct peer *p, const char *how)
     alarm(0);
     fclose(p->to);
     fclose(p->from);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return test_exit_code(status);
 }
 
 /* Leases end when the server thread sees EOF: wait for it. */

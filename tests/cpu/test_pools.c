@@ -382,14 +382,7 @@ static int run_child(const char *mode, int shim, char *out, size_t outlen)
         _exit(127);
     }
     close(fds[1]);
-    size_t n = 0;
-    ssize_t r;
-    while (n + 1 < outlen && (r = read(fds[0], out + n, outlen - n - 1)) > 0) n += (size_t)r;
-    out[n] = 0;
-    close(fds[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return test_child_output(pid, fds[0], out, outlen);
 }
 
 /* Runs mode both ways; the native run must contain each of expect. */

@@ -707,14 +707,7 @@ static int run_self_envs(const char *mode, const char *const *envs, char *out, s
         _exit(127);
     }
     close(fds[1]);
-    size_t n = 0;
-    ssize_t r;
-    while (out && n + 1 < outlen && (r = read(fds[0], out + n, outlen - n - 1)) > 0) n += (size_t)r;
-    if (out) out[n] = 0;
-    close(fds[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return test_child_output(pid, fds[0], out, outlen);
 }
 
 static int run_self(const char *mode, const char *env1, const char *env2, char *out, size_t outlen)

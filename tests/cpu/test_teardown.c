@@ -103,14 +103,7 @@ static int run_self(const char *mode, const char *const *envs, char *out, size_t
         _exit(127);
     }
     close(fds[1]);
-    size_t n = 0;
-    ssize_t r;
-    while (n + 1 < outlen && (r = read(fds[0], out + n, outlen - n - 1)) > 0) n += (size_t)r;
-    out[n] = 0;
-    close(fds[0]);
-    int status;
-    waitpid(pid, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return test_child_output(pid, fds[0], out, outlen);
 }
 
 static bool says_something(const char *out) { return strstr(out, ": warning: ") || strstr(out, ": error: "); }
