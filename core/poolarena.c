@@ -47,6 +47,7 @@ static uint64_t first_fit(const struct gvm_pool_arena *a, uint64_t size)
  * again, and covered by the new block. */
 static void drop_reused(struct gvm_pool_arena *a, uint64_t off, uint64_t size)
 {
+    if (!a->nfreed) return;   /* a program that synchronizes often: most allocations */
     size_t k = 0;
     for (size_t i = 0; i < a->n; i++) {
         struct gvm_arena_block *b = &a->block[i];
