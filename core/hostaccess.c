@@ -23,6 +23,7 @@
 #include "core/driver.h"
 #include "core/heap.h"
 #include "core/log.h"
+#include "core/relocate.h"
 #include "core/stats.h"
 #include "core/vamap.h"
 
@@ -116,6 +117,9 @@ bool gvm_hostaccess_grant_range(uintptr_t addr, size_t len)
         if (!view) break;
         struct gvm_region *r = gvm_heap_region(addr);
         if (!r) break;
+        /* Its host copy not mapped at its addresses yet (a lazy spill, a
+         * pause that maps once reached): mapped where it is first. */
+        if (GVM_LOAD(r->shelf_spill)) gvm_relocate(r, GVM_LOC_HOST, GVM_RELOC_MAPPED);
         pthread_mutex_lock(&r->op);
         uintptr_t vend = view->base + view->reserved;
         /* Both records may have been retired and reused since the lookup. */
@@ -137,7 +141,8 @@ bool gvm_hostaccess_grant_range(uintptr_t addr, size_t len)
 
 /* ---- the fault handler ----------------------------------------------------
  *
- * Nothing here allocates, logs through stdio or blocks on a lock. The fault
+ * Nothing here allocates, logs through stdio or blocks on a lock (but for
+ * a copy not mapped yet: resolve_fault). The fault
  * is synchronous: the faulting thread runs the program's code (gvmshim's own
  * code never touches host-resident memory through the CPU, and the copy
  * hooks grant before the driver copies), so it holds no gvmshim lock. The
@@ -192,6 +197,13 @@ static enum fault_outcome resolve_fault(uintptr_t addr, CUresult *err)
     struct gvm_region *view = gvm_vamap_get(addr);
     struct gvm_region *r = view ? gvm_heap_region(addr) : NULL;
     if (!r) return NOT_OURS;
+    /* Its host copy not mapped at its addresses yet (a lazy spill, a pause
+     * that maps once reached, core/relocate.h): mapped where it is first,
+     * as any other call reaching it would. The one place the handler
+     * allocates and waits on a lock: the fault is the program's own touch
+     * of the memory, so this thread is in no allocator and holds no lock of
+     * gvmshim's. */
+    if (GVM_LOAD(r->shelf_spill)) gvm_relocate(r, GVM_LOC_HOST, GVM_RELOC_MAPPED);
     if (!lock_region(r)) return GRANT_FAILED;
     enum fault_outcome out = NOT_OURS;
     /* Both records may have been retired and reused since the lookup. */

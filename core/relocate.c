@@ -73,6 +73,7 @@ static CUresult unshelve(struct gvm_region *r, int loc, unsigned how)
 static bool allowed(const struct gvm_region *r, int loc, unsigned how)
 {
     bool paused = r->flags & GVM_RF_PAUSED, pinned = r->flags & GVM_RF_PINNED;
+    if (how == GVM_RELOC_MAPPED) return true;   /* maps in place: where it lives stays */
     if (how & GVM_RELOC_RESUME) return paused;
     if (paused) return false;
     /* Other processes map its pieces (core/share.h): a move would split the
@@ -129,7 +130,10 @@ static CUresult pause(struct gvm_region *r, int loc, unsigned how)
         rc = gvm_topo_quiesce();
         if (rc == CUDA_SUCCESS) rc = discard(r, &released);
         if (rc == CUDA_SUCCESS || released) GVM_STORE(r->flags, r->flags | GVM_RF_DISCARDED);
-    } else if (how & GVM_RELOC_SHELVE) {
+    } else if ((how & GVM_RELOC_MAP_LATER) && shelvable(r, loc, how)) {
+        /* Mapped when reached: a lazy spill's shelf already is. */
+        rc = r->shelf ? CUDA_SUCCESS : gvm_shelf_put(r, false, true, "pause");
+    } else if ((how & GVM_RELOC_SHELVE) && !(how & GVM_RELOC_MAP_LATER)) {
         rc = r->shelf ? CUDA_SUCCESS : gvm_shelf_put(r, false, false, "pause");
         if (rc == CUDA_SUCCESS) gvm_region_shelf_paused(r);   /* a lazy spill's shelf keeps the pause's copy */
     } else if (r->shelf) {
@@ -273,55 +277,93 @@ static int batch_loc(const struct gvm_region *r, unsigned how)
     return how & GVM_RELOC_RESUME ? gvm_relocate_resume_device(r) : GVM_LOC_HOST;
 }
 
+/* The batch's regions whose copy goes to a shelf mapped later
+ * (GVM_RELOC_MAP_LATER): their puts begin after the one wait, beside the
+ * mapped moves, and end after them. */
+struct later {
+    int *at;                    /* their indices in the batch */
+    struct gvm_shelf_op *op;
+    int n;
+};
+
+static void later_begin(struct later *l, struct gvm_region *const *r)
+{
+    for (int j = 0; j < l->n; j++) gvm_shelf_put_begin(&l->op[j], r[l->at[j]], true, true, false, "pause");
+}
+
+static void later_end(struct later *l, CUresult *rc)
+{
+    for (int j = 0; j < l->n; j++) rc[l->at[j]] = gvm_shelf_put_end(&l->op[j]);
+}
+
+/* r[i]'s end of the batch: its bookkeeping, its bytes after, its lock. */
+static void batch_done(struct gvm_region *x, int i, int where, unsigned how, CUresult rc, size_t *after, int ndev)
+{
+    if (rc == CUDA_SUCCESS) {
+        if (how & GVM_RELOC_RESUME) resumed_at(x, where);
+        else paused_at(x, where);
+    }
+    bytes_by_device(x, after + (size_t)i * (size_t)ndev, ndev);
+    give_back(x, GVM_LOC_HOST, how, rc);
+}
+
 int gvm_relocate_batch(struct gvm_region *const *r, int n, unsigned how, CUresult *rc, size_t *before,
                        size_t *after, int ndev)
 {
-    struct gvm_move_req *req = calloc((size_t)(n > 0 ? n : 1), sizeof *req);
-    int *where = calloc((size_t)(n > 0 ? n : 1), sizeof *where), m = 0;
+    const unsigned pause_later = GVM_RELOC_PAUSE | GVM_RELOC_SHELVE | GVM_RELOC_MAP_LATER;
+    size_t cells = (size_t)(n > 0 ? n : 1);
+    struct gvm_move_req *req = calloc(cells, sizeof *req);
+    int *where = calloc(cells, sizeof *where), m = 0;
+    int *taken = calloc(cells, sizeof *taken), nt = 0;
+    struct later later = {calloc(cells, sizeof *later.at), calloc(cells, sizeof *later.op), 0};
     for (int i = 0; i < n; i++) rc[i] = GVM_RELOCATE_SKIPPED;
-    if (!req || !where || !(how == GVM_RELOC_PAUSE || how == GVM_RELOC_RESUME)) {
-        free(req);
-        free(where);
+    bool ok = req && where && taken && later.at && later.op;
+    if (!ok || !(how == GVM_RELOC_PAUSE || how == GVM_RELOC_RESUME || how == pause_later)) {
+        free(req), free(where), free(taken), free(later.at), free(later.op);
         return 0;
     }
     /* Only the first lock may wait (as in a swap): a region another thread
      * holds or uses is left to the caller, and no two movers wait on each
      * other. */
     for (int i = 0; i < n; i++) {
-        if (!take(r[i], GVM_LOC_HOST, how, m > 0)) continue;
+        if (!take(r[i], GVM_LOC_HOST, how, nt > 0)) continue;
         int loc = batch_loc(r[i], how);
         if (loc == GVM_LOC_NONE) {
             give_back(r[i], loc, how, CUDA_ERROR_NOT_READY);
             continue;
         }
-        where[m] = how & GVM_RELOC_RESUME ? loc : gvm_region_location(r[i]);
+        where[i] = how & GVM_RELOC_RESUME ? loc : gvm_region_location(r[i]);
         bytes_by_device(r[i], before + (size_t)i * (size_t)ndev, ndev);
-        req[m++] = (struct gvm_move_req){r[i], loc, reason(how), CUDA_SUCCESS};
+        taken[nt++] = i;
+        if (how == pause_later && shelvable(r[i], GVM_LOC_HOST, how))
+            later.at[later.n++] = i;
+        else
+            req[m++] = (struct gvm_move_req){r[i], loc, reason(how), CUDA_SUCCESS};
     }
     /* One wait, once every region is held: a launch reaching one of them
      * is then queued already or waits for the batch (core/move.h). */
-    CUresult waited = m ? gvm_topo_quiesce() : CUDA_SUCCESS;
-    if (waited == CUDA_SUCCESS && m) {
+    CUresult waited = nt ? gvm_topo_quiesce() : CUDA_SUCCESS;
+    if (waited == CUDA_SUCCESS && nt) {
         CUstreamCaptureMode mode = gvm_capture_relax();
+        later_begin(&later, r);
         gvm_move_lanes(req, m, NULL, 0);
+        later_end(&later, rc);
         gvm_capture_restore(mode);
     }
+    for (int j = 0; j < m; j++) {
+        int i = 0;
+        while (r[i] != req[j].r) i++;
+        rc[i] = req[j].rc;
+    }
     int done = 0;
-    for (int j = 0, i = 0; j < m; j++) {
-        struct gvm_region *x = req[j].r;
-        while (r[i] != x) i++;
-        rc[i] = waited != CUDA_SUCCESS ? waited : req[j].rc;
-        if (rc[i] == CUDA_SUCCESS) {
-            if (how & GVM_RELOC_RESUME) resumed_at(x, where[j]);
-            else paused_at(x, where[j]);
-            done++;
-        }
-        bytes_by_device(x, after + (size_t)i * (size_t)ndev, ndev);
-        give_back(x, req[j].loc, how, rc[i]);
+    for (int j = 0; j < nt; j++) {
+        int i = taken[j];
+        if (waited != CUDA_SUCCESS) rc[i] = waited;
+        if (rc[i] == CUDA_SUCCESS) done++;
+        batch_done(r[i], i, where[i], how, rc[i], after, ndev);
     }
     gvm_slab_reap_skipped();
-    free(req);
-    free(where);
+    free(req), free(where), free(taken), free(later.at), free(later.op);
     return done;
 }
 

@@ -37,8 +37,20 @@ enum gvm_reloc {
     GVM_RELOC_SHELVE = 1 << 5,
     /* Alone: a lazily spilled region gets its shelf mapped at its
      * addresses (it stays on host, readable by every pointer); any other
-     * region is left as it is. */
+     * region is left as it is. Allowed in every state: a paused region
+     * mapped stays paused. */
     GVM_RELOC_MAPPED = 1 << 6,
+    /* With GVM_RELOC_PAUSE | GVM_RELOC_SHELVE: a pause that keeps its copy
+     * readable, as one without GVM_RELOC_SHELVE, whose host memory is
+     * mapped at the region's addresses only once the program reaches them
+     * (its shelf counts as a lazy spill's: the calls that reach it map it
+     * first, GVM_RELOC_MAPPED). Creating pinned host memory to map costs
+     * ~250 ms/GiB (bench/RESULTS.md, pinned-memory creation rate); the
+     * shelf takes the process's own pages, registered at the link's speed,
+     * so the device memory is free at the speed of the copy. A region whose
+     * state does not allow a lazy copy (region.h, shelvable in
+     * relocate.c) is paused mapped. */
+    GVM_RELOC_MAP_LATER = 1 << 7,
     /* No flag says "the caller has waited already": a wait counts only
      * when made after the move holds the region (a launch reaching it is
      * then queued already, or waits for the move: core/move.h), so every

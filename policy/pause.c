@@ -204,7 +204,7 @@ static CUresult move_one(struct gvm_region *r, int loc, unsigned how, gvm_pause_
     return rc;
 }
 
-/* A pause to host with the copies mapped, or a resume: the regions
+/* A pause to host that keeps its copy readable, or a resume: the regions
  * gvm_relocate_batch could take move as one batch (one wait for the
  * devices); the rest stay in l for move_all, in order, with those a
  * resume found no room for (room is made for each there). The first
@@ -254,7 +254,8 @@ static CUresult move_batch(struct list *l, unsigned how, gvm_pause_result *out)
 static CUresult move_all(struct list *l, int loc, unsigned how, gvm_pause_result *out, bool *shared)
 {
     CUresult rc = CUDA_SUCCESS;
-    if ((how == GVM_RELOC_PAUSE && loc == GVM_LOC_HOST) || how == GVM_RELOC_RESUME) rc = move_batch(l, how, out);
+    bool to_host = loc == GVM_LOC_HOST && (how == GVM_RELOC_PAUSE || (how & GVM_RELOC_MAP_LATER));
+    if (to_host || how == GVM_RELOC_RESUME) rc = move_batch(l, how, out);
     size_t i = 0;
     for (; i < l->n && rc == CUDA_SUCCESS; i++) {
         bool sh = false;
@@ -395,6 +396,16 @@ static gvm_status status_of(CUresult rc, bool shared, gvm_pause_result *out)
     return GVM_OK;
 }
 
+/* Whether a pause that keeps its copy readable may map it only once the
+ * program reaches it (core/relocate.h, GVM_RELOC_MAP_LATER): every call
+ * that may reach it must come through gvmshim's hooks, launches included
+ * (not with track_launches=off), and host memory must be mappable at its
+ * addresses. */
+static bool map_later_possible(const struct gvm_config *cfg)
+{
+    return cfg && cfg->track_launches != GVM_CFG_TRACK_OFF && gvm_topo.host_vmm;
+}
+
 static gvm_status pause_resume(const char *tag, enum what w, int flags, gvm_pause_result *out)
 {
     if (!gvm_core_active()) {
@@ -417,9 +428,10 @@ static gvm_status pause_resume(const char *tag, enum what w, int flags, gvm_paus
     if (collect(tag, &l, out)) {
         if (!l.n) say_already(tag, w, out);
         unsigned how = w == RESUME ? GVM_RELOC_RESUME : GVM_RELOC_PAUSE;
-        if (flags & GVM_PAUSE_UNMAPPED) how |= GVM_RELOC_SHELVE;
         int loc = w == PAUSE && !(flags & GVM_PAUSE_DISCARD) ? GVM_LOC_HOST : GVM_LOC_NONE;
         const struct gvm_config *cfg = gvm_policy_cfg();
+        if (flags & GVM_PAUSE_UNMAPPED) how |= GVM_RELOC_SHELVE;
+        else if (loc == GVM_LOC_HOST && map_later_possible(cfg)) how |= GVM_RELOC_SHELVE | GVM_RELOC_MAP_LATER;
         if (loc == GVM_LOC_HOST && cfg && cfg->pause_pool) {
             keep_room(&l);
             if (!(how & GVM_RELOC_SHELVE)) rc = create_host_memory(&l, out);

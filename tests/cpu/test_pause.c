@@ -15,6 +15,7 @@
 #include "policy/place.h"
 #include "policy/policy.h"
 #include "policy/derive.h"
+#include "reach.h"
 #include "policy/tags.h"
 
 #include <pthread.h>
@@ -83,7 +84,7 @@ static bool intact_by_copy(uintptr_t p, size_t n, uint32_t seed)
     uint32_t *buf = malloc(n);
     CHECK(buf != NULL);
     CHECK_EQ(gvm_drv.cuCtxSetCurrent(ctx), CUDA_SUCCESS);
-    CHECK_EQ(gvm_drv.cuMemcpyDtoH_v2(buf, (CUdeviceptr)p, n), CUDA_SUCCESS);
+    CHECK_EQ(gvm_drv.cuMemcpyDtoH_v2(buf, (CUdeviceptr)reach(p), n), CUDA_SUCCESS);
     CHECK_EQ(gvm_drv.cuCtxSetCurrent(ctx0), CUDA_SUCCESS);
     bool ok = true;
     for (size_t i = 0; i < n / 4 && ok; i++) ok = buf[i] == (seed ^ (uint32_t)(i * 2654435761u));
@@ -104,6 +105,7 @@ static void launch_add(uintptr_t p, size_t n, uint32_t add)
 {
     static const size_t sizes[] = {sizeof(void *), sizeof(size_t), sizeof(uint32_t)};
     CUfunction f = simcuda_function(add_body, 3, sizes);
+    reach(p);
     void *params[] = {&p, &n, &add};
     CHECK_EQ(gvm_drv.cuLaunchKernel(f, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL), CUDA_SUCCESS);
     CHECK_EQ(gvm_drv.cuCtxSynchronize(), CUDA_SUCCESS);
@@ -155,7 +157,7 @@ static void a_whole_process_pause_takes_every_allocation(void)
     CHECK(intact_by_copy(big, 40 * MiB, 1) && intact_by_copy(other, 8 * MiB, 3));
     CHECK(intact_by_copy(small, 3000 & ~3u, 2) && intact_by_copy(tagged, 8 * MiB, 4));
     launch_add(big, 40 * MiB, 7);
-    CHECK(added(big, 40 * MiB, 1, 7));
+    CHECK(added(reach(big), 40 * MiB, 1, 7));
     CHECK_EQ(simcuda_unmapped_in_flight(), 0);
     CHECK_EQ(gvm_resume_report(NULL, &res), GVM_OK);
     CHECK_EQ(res.done, 4);
@@ -164,10 +166,10 @@ static void a_whole_process_pause_takes_every_allocation(void)
     CHECK_EQ(res.to, GVM_MIXED);
     CHECK(where(big) == 0 && where(small) == 0 && where(other) == 1 && where(tagged) == 0);
     CHECK(!paused(big) && !paused(other));
-    CHECK(added(big, 40 * MiB, 1, 7) && intact(small, 3000 & ~3u, 2) && intact(other, 8 * MiB, 3) &&
-          intact(tagged, 8 * MiB, 4));
+    CHECK(added(reach(big), 40 * MiB, 1, 7) && intact(reach(small), 3000 & ~3u, 2) && intact(reach(other), 8 * MiB, 3) &&
+          intact(reach(tagged), 8 * MiB, 4));
     launch_add(big, 40 * MiB, 1);
-    CHECK(added(big, 40 * MiB, 1, 8));
+    CHECK(added(reach(big), 40 * MiB, 1, 8));
 }
 
 /* Every pause gives gvmshim's idle device memory back: freed allocations
@@ -198,7 +200,7 @@ static void a_pause_releases_the_caches_and_pools(void)
     CHECK_STR(res.reason, "every allocation is paused already");
     CHECK_EQ(simcuda_phys_bytes(0), 0);
     CHECK_EQ(gvm_resume(NULL), GVM_OK);
-    CHECK(intact(a, 32 * MiB, 5));
+    CHECK(intact(reach(a), 32 * MiB, 5));
 }
 
 /* vLLM's leniency: a repeated pause or resume does nothing and says so;
@@ -221,7 +223,7 @@ static void repeats_are_no_ops_and_new_allocations_are_ordinary(void)
     CHECK_EQ(gvm_resume_report(NULL, &res), GVM_OK);
     CHECK_EQ(res.done, 1);
     CHECK_EQ(res.already, 2);
-    CHECK(where(a) == 0 && intact(a, 16 * MiB, 6) && intact(fresh, 8 * MiB, 7) && intact(tiny, 512, 8));
+    CHECK(where(a) == 0 && intact(reach(a), 16 * MiB, 6) && intact(reach(fresh), 8 * MiB, 7) && intact(reach(tiny), 512, 8));
     CHECK_EQ(gvm_resume_report(NULL, &res), GVM_OK);
     CHECK_EQ(res.done, 0);
     /* The fresh ones pause with the rest next time. */
@@ -231,7 +233,7 @@ static void repeats_are_no_ops_and_new_allocations_are_ordinary(void)
     CHECK_EQ(res.done, 0);
     CHECK_EQ(res.already, 3);
     CHECK_EQ(gvm_resume(NULL), GVM_OK);
-    CHECK(intact(fresh, 8 * MiB, 7) && intact(tiny, 512, 8));
+    CHECK(intact(reach(fresh), 8 * MiB, 7) && intact(reach(tiny), 512, 8));
 }
 
 /* Memory placed in host memory by the program stays out of a pause: it
@@ -330,7 +332,7 @@ static void shared_memory_stays_and_the_rest_pauses(void)
     CHECK(where(shared) == 0 && !paused(shared) && paused(a));
     CHECK_EQ(simcuda_phys_bytes(0), 16 * MiB);
     CHECK_EQ(gvm_resume(NULL), GVM_OK);
-    CHECK(where(a) == 0 && intact(a, 8 * MiB, 9));
+    CHECK(where(a) == 0 && intact(reach(a), 8 * MiB, 9));
     gvm_share_drop_fds(&s);
 }
 
@@ -374,7 +376,7 @@ static void a_failure_anywhere_keeps_every_allocation(void)
         }
         for (int i = 0; i < 4; i++) CHECK(intact_by_copy(p[i], n[i], 20 + (uint32_t)i));
         CHECK_EQ(gvm_resume(NULL), GVM_OK);
-        for (int i = 0; i < 4; i++) CHECK(where(p[i]) == (i == 3 ? 1 : 0) && intact(p[i], n[i], 20 + (uint32_t)i));
+        for (int i = 0; i < 4; i++) CHECK(where(p[i]) == (i == 3 ? 1 : 0) && intact(reach(p[i]), n[i], 20 + (uint32_t)i));
     }
     CHECK(failed > 10 / (int)test_sweep_step());
 }
@@ -409,7 +411,7 @@ static void a_cold_pause_creates_its_host_memory_at_once(void)
     CHECK_EQ(gvm_held_bytes(GVM_LOC_HOST), res.bytes);       /* and nothing else made */
     CHECK_EQ(gvm_resume(NULL), GVM_OK);
     CHECK_EQ(gvm_phys_pooled(GVM_LOC_HOST), res.bytes);      /* kept for the next pause */
-    for (int i = 0; i < 6; i++) CHECK(intact(p[i], sizes[i] & ~(size_t)3, 30 + (uint32_t)i));
+    for (int i = 0; i < 6; i++) CHECK(intact(reach(p[i]), sizes[i] & ~(size_t)3, 30 + (uint32_t)i));
 }
 
 /* Many regions: one wait for the devices for the whole pause or resume,
@@ -425,11 +427,11 @@ static void a_pause_waits_for_the_devices_once(void)
     simcuda_reset_counts();
     CHECK_EQ(gvm_pause(NULL, 0), GVM_OK);
     CHECK(simcuda_calls_of("cuCtxSynchronize") <= 2 * 2);   /* two devices, a wait each, and a trim's */
-    for (int i = 0; i < 24; i++) CHECK(paused(p[i]) && intact(p[i], 4 * MiB, 40 + (uint32_t)i));
+    for (int i = 0; i < 24; i++) CHECK(paused(p[i]) && intact(reach(p[i]), 4 * MiB, 40 + (uint32_t)i));
     simcuda_reset_counts();
     CHECK_EQ(gvm_resume(NULL), GVM_OK);
     CHECK(simcuda_calls_of("cuCtxSynchronize") <= 2);
-    for (int i = 0; i < 24; i++) CHECK(where(p[i]) == 0 && intact(p[i], 4 * MiB, 40 + (uint32_t)i));
+    for (int i = 0; i < 24; i++) CHECK(where(p[i]) == 0 && intact(reach(p[i]), 4 * MiB, 40 + (uint32_t)i));
 }
 
 struct holder {
@@ -467,7 +469,7 @@ static void a_busy_region_pauses_after_the_batch(void)
     pthread_join(t, NULL);
     CHECK_EQ(res.done, 4);
     CHECK_EQ(res.bytes, 16 * MiB);
-    for (int i = 0; i < 4; i++) CHECK(paused(p[i]) && intact(p[i], 4 * MiB, 50 + (uint32_t)i));
+    for (int i = 0; i < 4; i++) CHECK(paused(p[i]) && intact(reach(p[i]), 4 * MiB, 50 + (uint32_t)i));
     CHECK_EQ(simcuda_phys_bytes(0), 0);
     CHECK_EQ(gvm_resume(NULL), GVM_OK);
 }
@@ -492,7 +494,9 @@ static void *program_thread(void *arg)
     for (uint32_t k = 1; !__atomic_load_n(&w->stop, __ATOMIC_ACQUIRE); k++) {
         int i = (int)(k % 6);
         for (size_t j = 0; j < MiB / 4; j++) host[j] = k * 7919u + (uint32_t)j;
+        uint64_t tick = 0;
         struct gvm_region *r = gvm_use_begin(w->buf[i]);
+        if (r && gvm_policy_unmapped(r)) r = gvm_policy_use_mapped(r, &tick);
         CHECK_EQ(gvm_drv.cuMemcpyHtoD_v2((CUdeviceptr)w->buf[i], host, MiB), CUDA_SUCCESS);
         gvm_use_end(r);
         w->last[i] = k;

@@ -2,6 +2,7 @@
  * eviction or placement, promotion, pause/resume, placement rules, and
  * failures injected while spilling. */
 #include "simcore.h"
+#include "reach.h"
 
 #include "core/hostpin.h"
 #include "core/held.h"
@@ -776,11 +777,11 @@ static void pause_keep_and_resume(void)
     CHECK_EQ(where(s), GVM_HOST);
     CHECK_EQ(where(other), 0);
     CHECK_EQ(simcuda_phys_bytes(0), 8 * MiB);   /* only the untagged one stays */
-    CHECK(intact(w, 40 * MiB, 5));              /* readable while paused */
+    CHECK(intact(reach(w), 40 * MiB, 5));              /* readable while paused */
     CHECK_EQ(gvm_migrate((void *)w, 1), GVM_ERR_BUSY);
     CHECK_EQ(gvm_resume("weights"), GVM_OK);
     CHECK_EQ(where(w), 0);
-    CHECK(intact(w, 40 * MiB, 5) && intact(s, 3000 & ~3u, 6));
+    CHECK(intact(reach(w), 40 * MiB, 5) && intact(reach(s), 3000 & ~3u, 6));
     CHECK_EQ(gvm_pause("nosuchtag", 0), GVM_OK);
     CHECK_EQ(gvm_pause("weights", 7), GVM_ERR_INVALID);
     CHECK_EQ(gvm_tag_pop(), GVM_ERR_INVALID);
@@ -1169,21 +1170,32 @@ static void resume_without_room_keeps_the_rest_paused(void)
     CHECK_EQ(gvm_query((void *)a, &ia), GVM_OK);
     CHECK_EQ(gvm_query((void *)b, &ib), GVM_OK);
     CHECK_EQ(!ia.paused + !ib.paused, 1);
-    CHECK(intact(a, 24 * MiB, 30) && intact(b, 24 * MiB, 31));
+    CHECK(intact(reach(a), 24 * MiB, 30) && intact(reach(b), 24 * MiB, 31));
     CHECK(gvm_policy_usage(0) <= 64 * MiB);
     CHECK_EQ(gvm_policy_free(other), CUDA_SUCCESS);
     CHECK_EQ(gvm_resume("w"), GVM_OK);
     CHECK(where(a) == 0 && where(b) == 0);
-    CHECK(intact(a, 24 * MiB, 30) && intact(b, 24 * MiB, 31));
+    CHECK(intact(reach(a), 24 * MiB, 30) && intact(reach(b), 24 * MiB, 31));
 }
 
 /* Every driver call of a resume that must evict fails once in turn: the
  * resume reports it as a driver failure (or does without the call),
- * nothing is lost or leaked, and the next resume brings the rest back. */
-static void resume_at_the_limit_failure_at_every_call(void)
+ * nothing is lost or leaked, and the next resume brings the rest back.
+ * `reached`: the paused copies were reached (mapped in place) before each
+ * resume, else they come back from their shelves (host_register off, so
+ * that every pause's host pieces are alike and the leak check exact). */
+static void pause_w(const uintptr_t *w, bool reached)
 {
-    const char *kv[] = {"device_limit", "0:64M", "spill", "host", "promote_interval", "3600s", NULL};
-    start_policy(kv);
+    CHECK_EQ(gvm_pause("w", GVM_PAUSE_KEEP), GVM_OK);
+    for (int i = 0; reached && i < 3; i++) reach(w[i]);
+}
+
+static void resume_at_the_limit_failing(bool reached)
+{
+    const char *mapped_kv[] = {"device_limit", "0:64M", "spill", "host", "promote_interval", "3600s", NULL};
+    const char *shelved_kv[] = {"device_limit", "0:64M", "spill", "host", "promote_interval", "3600s",
+                                "host_register", "0", NULL};
+    start_policy(reached ? mapped_kv : shelved_kv);
     CHECK_EQ(gvm_tag_push("w"), GVM_OK);
     uintptr_t w[3];
     for (int i = 0; i < 3; i++) {
@@ -1191,19 +1203,20 @@ static void resume_at_the_limit_failure_at_every_call(void)
         fill(w[i], 24 * MiB, 40 + (uint32_t)i);
     }
     CHECK_EQ(gvm_tag_pop(), GVM_OK);
-    CHECK_EQ(gvm_pause("w", GVM_PAUSE_KEEP), GVM_OK);
+    pause_w(w, reached);
     simcuda_reset_counts();
     CHECK_EQ(gvm_resume("w"), GVM_OK);
     unsigned long calls = simcuda_call_count_here();
     CHECK(calls > 10);
     int failed = 0;
-    CHECK_EQ(gvm_pause("w", GVM_PAUSE_KEEP), GVM_OK);
+    pause_w(w, reached);
     for (unsigned long k = 1; k <= calls; k += test_sweep_step()) {
         struct leaks base = leaks_now();
         simcuda_fail_nth_here(k, CUDA_ERROR_ILLEGAL_STATE);
         gvm_status st = gvm_resume("w");
         simcuda_fail_nth_here(0, CUDA_SUCCESS);
-        for (int i = 0; i < 3; i++) CHECK(intact(w[i], 24 * MiB, 40 + (uint32_t)i));
+        if (reached)
+            for (int i = 0; i < 3; i++) CHECK(intact(reach(w[i]), 24 * MiB, 40 + (uint32_t)i));
         CHECK(gvm_policy_usage(0) <= 64 * MiB);
         if (st != GVM_OK) {
             failed++;
@@ -1214,13 +1227,17 @@ static void resume_at_the_limit_failure_at_every_call(void)
             gvm_info info;
             CHECK_EQ(gvm_query((void *)w[i], &info), GVM_OK);
             CHECK(!info.paused);
-            CHECK(intact(w[i], 24 * MiB, 40 + (uint32_t)i));
+            CHECK(intact(reach(w[i]), 24 * MiB, 40 + (uint32_t)i));
         }
-        CHECK_EQ(gvm_pause("w", GVM_PAUSE_KEEP), GVM_OK);
+        pause_w(w, reached);
         CHECK_NO_LEAK(base);
     }
     CHECK(failed > 0);
 }
+
+static void resume_at_the_limit_failure_at_every_call(void) { resume_at_the_limit_failing(true); }
+
+static void resume_from_shelves_at_the_limit_failure_at_every_call(void) { resume_at_the_limit_failing(false); }
 
 static void threshold_rule_places_large_allocations_in_host_memory(void)
 {
@@ -1950,9 +1967,10 @@ static void operations_on_lazily_spilled_memory(void)
     CHECK_EQ(gvm_alias((void *)x, &alias), GVM_OK);
     CHECK(intact((uintptr_t)alias, 24 * MiB, 30) && intact(x, 24 * MiB, 30));
     CHECK_EQ(gvm_unalias(alias), GVM_OK);
-    CHECK_EQ(gvm_pause("t", 0), GVM_OK);    /* keeps its copy readable: mapped */
+    CHECK_EQ(gvm_pause("t", 0), GVM_OK);    /* keeps its copy readable: mapped once reached */
+    CHECK_EQ(simcuda_location_of(a), SIMCUDA_LOC_UNMAPPED);
+    CHECK(intact(reach(a), 24 * MiB, 31));
     CHECK_EQ(simcuda_location_of(a), SIMCUDA_LOC_HOST);
-    CHECK(intact(a, 24 * MiB, 31));
     CHECK_EQ(gvm_stats.resident[GVM_MAX_DEVICES], host0 + (int64_t)(48 * MiB));
     CHECK_EQ(gvm_policy_free(c), CUDA_SUCCESS);
     CHECK_EQ(gvm_resume("t"), GVM_OK);
@@ -2667,6 +2685,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(resume_without_room_keeps_the_rest_paused)
     TEST_ENTRY(resume_on_a_full_device_spills_the_overflow)
     TEST_ENTRY(resume_at_the_limit_failure_at_every_call)
+    TEST_ENTRY(resume_from_shelves_at_the_limit_failure_at_every_call)
     TEST_ENTRY(threshold_rule_places_large_allocations_in_host_memory)
     TEST_ENTRY(failure_while_spilling_keeps_data)
     TEST_ENTRY(the_limit_holds_at_1_25x)

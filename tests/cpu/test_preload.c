@@ -812,6 +812,63 @@ static unsigned first_word;
 
 static void read_first(void **params) { first_word = *(const unsigned *)(uintptr_t)*(CUdeviceptr *)params[0]; }
 
+/* A kernel adding one to every word of an 8 MiB buffer. */
+static void add_one(void **params)
+{
+    unsigned *w = (unsigned *)(uintptr_t)*(CUdeviceptr *)params[0];
+    for (size_t i = 0; i < 8 * MiB / sizeof *w; i++) w[i] += 1;
+}
+
+static unsigned word_at(CUdeviceptr p)
+{
+    unsigned w = 0;
+    CHECK_EQ(D(cuMemcpyDtoH_v2, &w, p, sizeof w), CUDA_SUCCESS);
+    return w;
+}
+
+/* A whole-process pause while the program runs on: the paused copies wait
+ * unmapped (PAUSE_MAPPED_AT_ONCE=1: mapped by the pause, launches not
+ * hooked), and a kernel, a copy and a set reaching them work on them in
+ * host memory; the resume brings back what they wrote, and a second cycle
+ * that nothing touches brings the contents back as they were. */
+static int pause_running_workload(void)
+{
+    start();
+    void *(*make)(void (*)(void **), unsigned, const size_t *) = sim_fn("simcuda_function");
+    int (*location_of)(CUdeviceptr) = (int (*)(CUdeviceptr))sim_fn("simcuda_location_of");
+    gvm_status (*pause)(const char *, int) = dlsym(RTLD_DEFAULT, "gvm_pause");
+    gvm_status (*resume)(const char *) = dlsym(RTLD_DEFAULT, "gvm_resume");
+    CHECK(pause && resume);
+    const char *at_once = getenv("PAUSE_MAPPED_AT_ONCE");
+    int paused_at = at_once && !strcmp(at_once, "1") ? SIMCUDA_LOC_HOST : SIMCUDA_LOC_UNMAPPED;
+    size_t size = 8;
+    CUfunction add = (CUfunction)make(add_one, 1, &size);
+    RES(cuLaunchKernel, "cuLaunchKernel", 4000, 0);
+    CUdeviceptr p[3];
+    const unsigned pattern[3] = {0x10101010u, 0x20202020u, 0x30303030u};
+    for (int i = 0; i < 3; i++) {
+        CHECK_EQ(D(cuMemAlloc_v2, &p[i], 8 * MiB), CUDA_SUCCESS);
+        CHECK_EQ(D(cuMemsetD32_v2, p[i], pattern[i], 2 * MiB), CUDA_SUCCESS);
+    }
+    CHECK_EQ(pause(NULL, GVM_PAUSE_KEEP), GVM_OK);
+    for (int i = 0; i < 3; i++) CHECK_EQ(location_of(p[i]), paused_at);
+    void *params[] = {&p[0]};
+    CHECK_EQ(cuLaunchKernel_p(add, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL), CUDA_SUCCESS);
+    CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
+    CHECK_EQ(location_of(p[0]), SIMCUDA_LOC_HOST);
+    CHECK_EQ(word_at(p[1] + 8 * MiB - 4), pattern[1]);
+    CHECK_EQ(D(cuMemsetD32_v2, p[2], 0x77777777u, 2 * MiB), CUDA_SUCCESS);
+    CHECK_EQ(resume(NULL), GVM_OK);
+    for (int i = 0; i < 3; i++) CHECK_EQ(location_of(p[i]), 0);
+    const unsigned now[3] = {pattern[0] + 1, pattern[1], 0x77777777u};
+    for (int i = 0; i < 3; i++) CHECK(word_at(p[i]) == now[i] && word_at(p[i] + 8 * MiB - 4) == now[i]);
+    CHECK_EQ(pause(NULL, GVM_PAUSE_KEEP), GVM_OK);
+    CHECK_EQ(resume(NULL), GVM_OK);
+    for (int i = 0; i < 3; i++) CHECK(word_at(p[i] + 4 * MiB) == now[i] && location_of(p[i]) == 0);
+    for (int i = 0; i < 3; i++) CHECK_EQ(D(cuMemFree_v2, p[i]), CUDA_SUCCESS);
+    return 0;
+}
+
 static int lazy_workload(void)
 {
     start();
@@ -1550,6 +1607,15 @@ static void launches_are_scanned_when_spilling(void)
     CHECK_EQ(run_self("tracking", "GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", NULL, 0), 0);
     CHECK_EQ(run_self("untracked", "GVM_TRACK_LAUNCHES=off", "GVM_SPILL=host", NULL, 0), 0);
     CHECK_EQ(run_self("struct-scan", "GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", NULL, 0), 0);
+}
+
+/* Launches not scanned (spill off, the default), scanned (spill on), and
+ * not even hooked (track_launches=off: the pause maps its copies itself). */
+static void a_paused_copy_is_mapped_for_what_reaches_it(void)
+{
+    CHECK_EQ(run_self("pause-running", NULL, NULL, NULL, 0), 0);
+    CHECK_EQ(run_self("pause-running", "GVM_SPILL=host", NULL, NULL, 0), 0);
+    CHECK_EQ(run_self("pause-running", "GVM_TRACK_LAUNCHES=off", "PAUSE_MAPPED_AT_ONCE=1", NULL, 0), 0);
 }
 
 static void lazy_spills_are_mapped_for_what_reaches_them(void)
@@ -2341,6 +2407,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(first_allocations_from_many_threads)
     TEST_ENTRY(launches_are_scanned_when_spilling)
     TEST_ENTRY(lazy_spills_are_mapped_for_what_reaches_them)
+    TEST_ENTRY(a_paused_copy_is_mapped_for_what_reaches_it)
     TEST_ENTRY(moves_wait_for_kernels_queued_on_other_streams)
     TEST_ENTRY(threads_churning_past_the_limit_keep_every_byte)
     TEST_ENTRY(graph_replays_beside_swaps_find_their_memory_mapped)
@@ -2371,6 +2438,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "untracked")) exit(untracked_workload());
         if (!strcmp(argv[2], "struct-scan")) exit(struct_scan_workload());
         if (!strcmp(argv[2], "lazy")) exit(lazy_workload());
+        if (!strcmp(argv[2], "pause-running")) exit(pause_running_workload());
         if (!strcmp(argv[2], "partial")) exit(partial_workload());
         if (!strcmp(argv[2], "graph-threads")) exit(graph_threads_workload());
         if (!strcmp(argv[2], "usemark-streams")) exit(usemark_streams_workload());
