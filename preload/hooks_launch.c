@@ -147,6 +147,20 @@ static void map_all_and_close(void)
     gvm_relocate_hold_unmapped(false);   /* the gate holds every move back now */
 }
 
+/* A launch not scanned holds the move gate for its call. A move it waited
+ * for at the gate may have left copies unmapped (a pause maps its copies
+ * once reached, core/relocate.h), and the shelf count read before the wait
+ * said none: read again once the gate is held, and if there are some, all
+ * of them are mapped first, as for a launch scanned in part. */
+static void enter_unscanned(struct used *u)
+{
+    gvm_move_gate_enter();
+    if (!__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_SEQ_CST)) return;
+    gvm_move_gate_leave();
+    u->partial = true;
+    map_all_and_close();
+}
+
 /* Finds the regions the launch reaches, lets the policy bring spilled ones
  * back (before they are announced: a region in use cannot move), then
  * announces them for the launch call; lazily spilled ones still away get
@@ -157,7 +171,7 @@ static void scan(struct used *u, void *fn, void **params, void **extra)
     collect(u, fn, params, extra);
     if (u->n) gvm_policy_before_launch(u->r, u->n);
     if (u->partial) map_all_and_close();   /* its reach is not known whole */
-    else if (u->unscanned) gvm_move_gate_enter();   /* nor known at all: no move may run beside its call */
+    else if (u->unscanned) enter_unscanned(u);   /* nor known at all: no move may run beside its call */
     if (!u->n) return;
     gvm_use_regions(u->r, u->n);
     if (u->partial || !__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED)) return;

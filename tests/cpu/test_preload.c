@@ -869,6 +869,87 @@ static int pause_running_workload(void)
     return 0;
 }
 
+/* A training loop's launches through whole-process pauses and resumes
+ * made by another thread (gvmctl's control worker): launches not scanned
+ * (spill off) that waited at the move gate while a pause ran must find
+ * the copies it left unmapped mapped before they go (a kernel reaching
+ * one would fault). Each launch adds one to a word of each page of a buffer;
+ * the counts add up at the end. */
+#define RACE_BUFS 4
+#define RACE_BYTES (16 * MiB)   /* copies long enough for launches to queue at the gate */
+#define RACE_WORDS (RACE_BYTES / sizeof(unsigned))
+
+struct race {
+    CUdeviceptr p[RACE_BUFS];
+    CUfunction add;
+    int launches;
+    int done;   /* atomic */
+};
+
+/* Simulated kernels run inside the launch call: one reaching memory not
+ * mapped counts it (a GPU's would fault) instead of touching it. */
+static int (*race_location_of)(CUdeviceptr);
+static int race_unmapped;   /* atomic */
+
+static void add_one_page(void **params)
+{
+    CUdeviceptr p = *(CUdeviceptr *)params[0];
+    if (race_location_of(p) == SIMCUDA_LOC_UNMAPPED) {
+        __atomic_add_fetch(&race_unmapped, 1, __ATOMIC_RELAXED);
+        return;
+    }
+    unsigned *w = (unsigned *)(uintptr_t)p;
+    for (size_t i = 0; i < RACE_WORDS; i += 4096 / sizeof *w) w[i] += 1;
+}
+
+static void *race_launcher(void *arg)
+{
+    struct race *r = arg;
+    RES(cuLaunchKernel, "cuLaunchKernel", 4000, 0);
+    CHECK_EQ(D(cuCtxSetCurrent, ctx0), CUDA_SUCCESS);
+    for (int i = 0; i < r->launches; i++) {
+        void *params[] = {&r->p[i % RACE_BUFS]};
+        CHECK_EQ(cuLaunchKernel_p(r->add, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL), CUDA_SUCCESS);
+    }
+    CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
+    __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE);
+    return NULL;
+}
+
+static int pause_racing_workload(void)
+{
+    start();
+    void *(*make)(void (*)(void **), unsigned, const size_t *) = sim_fn("simcuda_function");
+    gvm_status (*pause)(const char *, int) = dlsym(RTLD_DEFAULT, "gvm_pause");
+    gvm_status (*resume)(const char *) = dlsym(RTLD_DEFAULT, "gvm_resume");
+    CHECK(pause && resume);
+    size_t size = 8;
+    race_location_of = (int (*)(CUdeviceptr))sim_fn("simcuda_location_of");
+    struct race r = {.add = (CUfunction)make(add_one_page, 1, &size), .launches = (int)test_scaled(100)};
+    for (int i = 0; i < RACE_BUFS; i++) {
+        CHECK_EQ(D(cuMemAlloc_v2, &r.p[i], RACE_BYTES), CUDA_SUCCESS);
+        CHECK_EQ(D(cuMemsetD32_v2, r.p[i], 0, RACE_WORDS), CUDA_SUCCESS);
+    }
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, race_launcher, &r), 0);
+    int cycles = 0;
+    while (!__atomic_load_n(&r.done, __ATOMIC_ACQUIRE) || cycles < 4) {
+        gvm_status st = pause(NULL, GVM_PAUSE_KEEP);
+        CHECK(st == GVM_OK || st == GVM_ERR_BUSY);
+        CHECK_EQ(resume(NULL), GVM_OK);
+        cycles++;
+    }
+    CHECK_EQ(pthread_join(t, NULL), 0);
+    CHECK_EQ(__atomic_load_n(&race_unmapped, __ATOMIC_RELAXED), 0);
+    for (int i = 0; i < RACE_BUFS; i++) {
+        unsigned want = (unsigned)(r.launches / RACE_BUFS + (i < r.launches % RACE_BUFS));
+        CHECK_EQ(word_at(r.p[i]), want);
+        CHECK_EQ(word_at(r.p[i] + RACE_BYTES - 4096), want);
+        CHECK_EQ(D(cuMemFree_v2, r.p[i]), CUDA_SUCCESS);
+    }
+    return 0;
+}
+
 static int lazy_workload(void)
 {
     start();
@@ -1616,6 +1697,16 @@ static void a_paused_copy_is_mapped_for_what_reaches_it(void)
     CHECK_EQ(run_self("pause-running", NULL, NULL, NULL, 0), 0);
     CHECK_EQ(run_self("pause-running", "GVM_SPILL=host", NULL, NULL, 0), 0);
     CHECK_EQ(run_self("pause-running", "GVM_TRACK_LAUNCHES=off", "PAUSE_MAPPED_AT_ONCE=1", NULL, 0), 0);
+}
+
+/* The simulated kernels run on the CPU: with CPU faults on, a kernel
+ * touching a copy just mapped on host would wait in the CPU-access handler
+ * for the region a resume holds while the resume waits for the launch, a
+ * wait a GPU's kernel never makes. The launches go from a second thread,
+ * while the main one pauses and resumes. */
+static void launches_racing_pauses_never_reach_unmapped_copies(void)
+{
+    CHECK_EQ(run_self("pause-racing", "SIMCUDA_CPU_FAULTS=0", NULL, NULL, 0), 0);
 }
 
 static void lazy_spills_are_mapped_for_what_reaches_them(void)
@@ -2408,6 +2499,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(launches_are_scanned_when_spilling)
     TEST_ENTRY(lazy_spills_are_mapped_for_what_reaches_them)
     TEST_ENTRY(a_paused_copy_is_mapped_for_what_reaches_it)
+    TEST_ENTRY(launches_racing_pauses_never_reach_unmapped_copies)
     TEST_ENTRY(moves_wait_for_kernels_queued_on_other_streams)
     TEST_ENTRY(threads_churning_past_the_limit_keep_every_byte)
     TEST_ENTRY(graph_replays_beside_swaps_find_their_memory_mapped)
@@ -2439,6 +2531,7 @@ int main(int argc, char **argv)
         if (!strcmp(argv[2], "struct-scan")) exit(struct_scan_workload());
         if (!strcmp(argv[2], "lazy")) exit(lazy_workload());
         if (!strcmp(argv[2], "pause-running")) exit(pause_running_workload());
+        if (!strcmp(argv[2], "pause-racing")) exit(pause_racing_workload());
         if (!strcmp(argv[2], "partial")) exit(partial_workload());
         if (!strcmp(argv[2], "graph-threads")) exit(graph_threads_workload());
         if (!strcmp(argv[2], "usemark-streams")) exit(usemark_streams_workload());
