@@ -396,14 +396,15 @@ static gvm_status status_of(CUresult rc, bool shared, gvm_pause_result *out)
     return GVM_OK;
 }
 
-/* Whether a pause that keeps its copy readable may map it only once the
- * program reaches it (core/relocate.h, GVM_RELOC_MAP_LATER): every call
- * that may reach it must come through gvmshim's hooks, launches included
- * (not with track_launches=off), and host memory must be mappable at its
- * addresses. */
+/* Whether a pause that keeps its copy readable maps it only once the
+ * program reaches it (pause_host_map=lazy; core/relocate.h,
+ * GVM_RELOC_MAP_LATER): every call that may reach it must come through
+ * gvmshim's hooks, launches included (not with track_launches=off), and
+ * host memory must be mappable at its addresses. */
 static bool map_later_possible(const struct gvm_config *cfg)
 {
-    return cfg && cfg->track_launches != GVM_CFG_TRACK_OFF && gvm_topo.host_vmm;
+    return cfg && cfg->pause_host_map == GVM_CFG_SPILL_HOST_MAP_LAZY && cfg->track_launches != GVM_CFG_TRACK_OFF &&
+           gvm_topo.host_vmm;
 }
 
 static gvm_status pause_resume(const char *tag, enum what w, int flags, gvm_pause_result *out)

@@ -39,6 +39,10 @@ static void start(void (*tune)(struct gvm_settings *))
 {
     gvm_config_defaults(&cfg);
     cfg.cache_idle = 0;
+    /* The suite runs twice (tests/cpu/meson.build): with the default, and
+     * with the copies mapped only once reached. */
+    const char *lazy = getenv("GVM_TEST_PAUSE_LAZY");
+    if (lazy && !strcmp(lazy, "1")) cfg.pause_host_map = GVM_CFG_SPILL_HOST_MAP_LAZY;
     sim_start(2, 512 * MiB, tune);
     CHECK_EQ(gvm_policy_start(&cfg), CUDA_SUCCESS);
 }

@@ -1181,9 +1181,10 @@ static void resume_without_room_keeps_the_rest_paused(void)
 /* Every driver call of a resume that must evict fails once in turn: the
  * resume reports it as a driver failure (or does without the call),
  * nothing is lost or leaked, and the next resume brings the rest back.
- * `reached`: the paused copies were reached (mapped in place) before each
- * resume, else they come back from their shelves (host_register off, so
- * that every pause's host pieces are alike and the leak check exact). */
+ * `reached`: the paused copies are mapped (pause_host_map=eager, and
+ * reached: mapped in place, where lazy), else they come back from their
+ * shelves (pause_host_map=lazy, not reached; host_register off, so that
+ * every pause's host pieces are alike and the leak check exact). */
 static void pause_w(const uintptr_t *w, bool reached)
 {
     CHECK_EQ(gvm_pause("w", GVM_PAUSE_KEEP), GVM_OK);
@@ -1194,7 +1195,7 @@ static void resume_at_the_limit_failing(bool reached)
 {
     const char *mapped_kv[] = {"device_limit", "0:64M", "spill", "host", "promote_interval", "3600s", NULL};
     const char *shelved_kv[] = {"device_limit", "0:64M", "spill", "host", "promote_interval", "3600s",
-                                "host_register", "0", NULL};
+                                "host_register", "0", "pause_host_map", "lazy", NULL};
     start_policy(reached ? mapped_kv : shelved_kv);
     CHECK_EQ(gvm_tag_push("w"), GVM_OK);
     uintptr_t w[3];
@@ -1967,10 +1968,9 @@ static void operations_on_lazily_spilled_memory(void)
     CHECK_EQ(gvm_alias((void *)x, &alias), GVM_OK);
     CHECK(intact((uintptr_t)alias, 24 * MiB, 30) && intact(x, 24 * MiB, 30));
     CHECK_EQ(gvm_unalias(alias), GVM_OK);
-    CHECK_EQ(gvm_pause("t", 0), GVM_OK);    /* keeps its copy readable: mapped once reached */
-    CHECK_EQ(simcuda_location_of(a), SIMCUDA_LOC_UNMAPPED);
-    CHECK(intact(reach(a), 24 * MiB, 31));
+    CHECK_EQ(gvm_pause("t", 0), GVM_OK);    /* keeps its copy readable: mapped */
     CHECK_EQ(simcuda_location_of(a), SIMCUDA_LOC_HOST);
+    CHECK(intact(a, 24 * MiB, 31));
     CHECK_EQ(gvm_stats.resident[GVM_MAX_DEVICES], host0 + (int64_t)(48 * MiB));
     CHECK_EQ(gvm_policy_free(c), CUDA_SUCCESS);
     CHECK_EQ(gvm_resume("t"), GVM_OK);

@@ -827,8 +827,8 @@ static unsigned word_at(CUdeviceptr p)
 }
 
 /* A whole-process pause while the program runs on: the paused copies wait
- * unmapped (PAUSE_MAPPED_AT_ONCE=1: mapped by the pause, launches not
- * hooked), and a kernel, a copy and a set reaching them work on them in
+ * unmapped (pause_host_map=lazy; PAUSE_MAPPED_AT_ONCE=1: mapped by the
+ * pause, by default or with launches not hooked), and a kernel, a copy and a set reaching them work on them in
  * host memory; the resume brings back what they wrote, and a second cycle
  * that nothing touches brings the contents back as they were. */
 static int pause_running_workload(void)
@@ -1690,13 +1690,18 @@ static void launches_are_scanned_when_spilling(void)
     CHECK_EQ(run_self("struct-scan", "GVM_DEVICE_LIMIT=0:64M", "GVM_SPILL=host", NULL, 0), 0);
 }
 
-/* Launches not scanned (spill off, the default), scanned (spill on), and
- * not even hooked (track_launches=off: the pause maps its copies itself). */
+/* pause_host_map=lazy with launches not scanned (spill off, the default),
+ * scanned (spill on), and not even hooked (track_launches=off: the pause
+ * maps its copies itself, as it does by default). */
 static void a_paused_copy_is_mapped_for_what_reaches_it(void)
 {
-    CHECK_EQ(run_self("pause-running", NULL, NULL, NULL, 0), 0);
-    CHECK_EQ(run_self("pause-running", "GVM_SPILL=host", NULL, NULL, 0), 0);
-    CHECK_EQ(run_self("pause-running", "GVM_TRACK_LAUNCHES=off", "PAUSE_MAPPED_AT_ONCE=1", NULL, 0), 0);
+    const char *unscanned[] = {"GVM_PAUSE_HOST_MAP=lazy", NULL};
+    const char *scanned[] = {"GVM_PAUSE_HOST_MAP=lazy", "GVM_SPILL=host", NULL};
+    const char *unhooked[] = {"GVM_PAUSE_HOST_MAP=lazy", "GVM_TRACK_LAUNCHES=off", "PAUSE_MAPPED_AT_ONCE=1", NULL};
+    CHECK_EQ(run_self_envs("pause-running", unscanned, NULL, 0), 0);
+    CHECK_EQ(run_self_envs("pause-running", scanned, NULL, 0), 0);
+    CHECK_EQ(run_self_envs("pause-running", unhooked, NULL, 0), 0);
+    CHECK_EQ(run_self("pause-running", "PAUSE_MAPPED_AT_ONCE=1", NULL, NULL, 0), 0);
 }
 
 /* The simulated kernels run on the CPU: with CPU faults on, a kernel
@@ -1706,7 +1711,7 @@ static void a_paused_copy_is_mapped_for_what_reaches_it(void)
  * while the main one pauses and resumes. */
 static void launches_racing_pauses_never_reach_unmapped_copies(void)
 {
-    CHECK_EQ(run_self("pause-racing", "SIMCUDA_CPU_FAULTS=0", NULL, NULL, 0), 0);
+    CHECK_EQ(run_self("pause-racing", "SIMCUDA_CPU_FAULTS=0", "GVM_PAUSE_HOST_MAP=lazy", NULL, 0), 0);
 }
 
 static void lazy_spills_are_mapped_for_what_reaches_them(void)
