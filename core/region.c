@@ -48,6 +48,7 @@ static void region_reset(struct gvm_region *r)
     GVM_STORE(r->shelf, (struct gvm_phys **)NULL);   /* dropped when the region was destroyed */
     r->nshelf = 0;
     GVM_STORE(r->shelf_spill, false);
+    GVM_STORE(r->shelf_pause, false);
     r->freed_at = 0;
     r->freed_on = 0;
     r->last_error = CUDA_SUCCESS;
@@ -583,11 +584,24 @@ void gvm_region_set_shelf(struct gvm_region *r, struct gvm_phys **pieces, int n,
     gvm_stats_resident(GVM_LOC_HOST, (int64_t)gvm_region_shelf_bytes(r));
 }
 
+unsigned gvm_region_shelf_pauses;
+
 void gvm_region_shelf_paused(struct gvm_region *r)
 {
+    if (r->shelf_pause) {
+        GVM_STORE(r->shelf_pause, false);
+        __atomic_fetch_sub(&gvm_region_shelf_pauses, 1, __ATOMIC_SEQ_CST);
+    }
     if (!r->shelf_spill) return;
     GVM_STORE(r->shelf_spill, false);
     __atomic_fetch_sub(&gvm_region_shelf_spills, 1, __ATOMIC_RELAXED);
+}
+
+void gvm_region_shelf_pause_later(struct gvm_region *r)
+{
+    if (!r->shelf_spill || r->shelf_pause) return;
+    GVM_STORE(r->shelf_pause, true);
+    __atomic_fetch_add(&gvm_region_shelf_pauses, 1, __ATOMIC_SEQ_CST);
 }
 
 /* Takes the shelf off r: its pieces stop counting as held for r. */

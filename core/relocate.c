@@ -133,6 +133,7 @@ static CUresult pause(struct gvm_region *r, int loc, unsigned how)
     } else if ((how & GVM_RELOC_MAP_LATER) && shelvable(r, loc, how)) {
         /* Mapped when reached: a lazy spill's shelf already is. */
         rc = r->shelf ? CUDA_SUCCESS : gvm_shelf_put(r, false, true, "pause");
+        if (rc == CUDA_SUCCESS) gvm_region_shelf_pause_later(r);
     } else if ((how & GVM_RELOC_SHELVE) && !(how & GVM_RELOC_MAP_LATER)) {
         rc = r->shelf ? CUDA_SUCCESS : gvm_shelf_put(r, false, false, "pause");
         if (rc == CUDA_SUCCESS) gvm_region_shelf_paused(r);   /* a lazy spill's shelf keeps the pause's copy */
@@ -291,9 +292,10 @@ static void later_begin(struct later *l, struct gvm_region *const *r)
     for (int j = 0; j < l->n; j++) gvm_shelf_put_begin(&l->op[j], r[l->at[j]], true, true, false, "pause");
 }
 
-static void later_end(struct later *l, CUresult *rc)
+static void later_end(struct later *l, struct gvm_region *const *r, CUresult *rc)
 {
-    for (int j = 0; j < l->n; j++) rc[l->at[j]] = gvm_shelf_put_end(&l->op[j]);
+    for (int j = 0; j < l->n; j++)
+        if ((rc[l->at[j]] = gvm_shelf_put_end(&l->op[j])) == CUDA_SUCCESS) gvm_region_shelf_pause_later(r[l->at[j]]);
 }
 
 /* r[i]'s end of the batch: its bookkeeping, its bytes after, its lock. */
@@ -347,7 +349,7 @@ int gvm_relocate_batch(struct gvm_region *const *r, int n, unsigned how, CUresul
         CUstreamCaptureMode mode = gvm_capture_relax();
         later_begin(&later, r);
         gvm_move_lanes(req, m, NULL, 0);
-        later_end(&later, rc);
+        later_end(&later, r, rc);
         gvm_capture_restore(mode);
     }
     for (int j = 0; j < m; j++) {

@@ -71,11 +71,10 @@
       "what a pause that keeps its copy leaves at the allocation's addresses: "\
       "its host memory, mapped (eager), or nothing until the program reaches " \
       "it (lazy: the device memory is free at the speed of the copy, into "    \
-      "the process's own registered pages; a launch gvmshim does not scan, a " \
-      "graph's or a CPU touch maps every paused copy first, a scanned launch " \
-      "or a copy the ones it names; as with spill_host_map=lazy, a kernel "    \
-      "reaching paused memory through an address stored in device memory "     \
-      "while spill is on faults; not with track_launches=off)")                \
+      "the process's own registered pages; the next launch, a graph's, or a "  \
+      "CPU touch maps every paused copy first, a copy or set the ones it "     \
+      "names; every launch holds the move gate meanwhile, two atomic adds; "   \
+      "not with track_launches=off)")                                          \
     X(host_register, bool, "1", start,                                         \
       "host memory that only copies reach (lazy spills, unmapped pauses) "     \
       "may be the process's own pages pinned with cuMemHostRegister, made "    \

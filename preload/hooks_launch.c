@@ -85,6 +85,7 @@ struct used {
      * from scan to release it holds the move gate, everything mapped. */
     bool partial;
     bool unscanned;       /* not scanned (tracking not wanted now): reach unknown to usemark */
+    bool gated;           /* holds the move gate for its call */
     int words;            /* argument words looked at */
     /* From the 9th word on: address-map pages (2 MiB; page + 1, 0: empty)
      * looked up for this launch, direct-mapped. A struct of pointers
@@ -147,15 +148,31 @@ static void map_all_and_close(void)
     gvm_relocate_hold_unmapped(false);   /* the gate holds every move back now */
 }
 
-/* A launch not scanned holds the move gate for its call. A move it waited
- * for at the gate may have left copies unmapped (a pause maps its copies
- * once reached, core/relocate.h), and the shelf count read before the wait
- * said none: read again once the gate is held, and if there are some, all
- * of them are mapped first, as for a launch scanned in part. */
-static void enter_unscanned(struct used *u)
+/* Whether pauses may leave their copies to be mapped once reached
+ * (pause_host_map=lazy): then every launch holds the move gate, so that no
+ * pause unmaps memory while a launch whose kernel may reach it through an
+ * address kept in device memory is being issued, and maps every such copy
+ * before it goes. */
+static bool pauses_lazily(void)
 {
+    const struct gvm_config *cfg = gvm_policy_cfg();
+    return cfg && cfg->pause_host_map == GVM_CFG_SPILL_HOST_MAP_LAZY;
+}
+
+/* A launch whose reach is not known whole holds the move gate for its
+ * call: one not scanned, or any while pauses map lazily. A move it waited
+ * for at the gate may have left copies unmapped (core/relocate.h,
+ * GVM_RELOC_MAP_LATER) while the count read before the wait said none:
+ * read again once the gate is held (every lazy shelf for a launch not
+ * scanned, the paused ones for a scanned one, whose own regions are
+ * mapped below), and if there are some, all are mapped first, as for a
+ * launch scanned in part. */
+static void enter_gate(struct used *u)
+{
+    u->gated = true;
     gvm_move_gate_enter();
-    if (!__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_SEQ_CST)) return;
+    unsigned *count = u->unscanned ? &gvm_region_shelf_spills : &gvm_region_shelf_pauses;
+    if (!__atomic_load_n(count, __ATOMIC_SEQ_CST)) return;
     gvm_move_gate_leave();
     u->partial = true;
     map_all_and_close();
@@ -171,7 +188,7 @@ static void scan(struct used *u, void *fn, void **params, void **extra)
     collect(u, fn, params, extra);
     if (u->n) gvm_policy_before_launch(u->r, u->n);
     if (u->partial) map_all_and_close();   /* its reach is not known whole */
-    else if (u->unscanned) enter_unscanned(u);   /* nor known at all: no move may run beside its call */
+    else if (u->unscanned || pauses_lazily()) enter_gate(u);   /* no move may run beside its call */
     if (!u->n) return;
     gvm_use_regions(u->r, u->n);
     if (u->partial || !__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED)) return;
@@ -187,6 +204,7 @@ static void collect(struct used *u, void *fn, void **params, void **extra)
     u->words = 0;
     u->partial = false;
     u->unscanned = false;
+    u->gated = false;
     if (!gvm_shim_active()) return;
     if (!gvm_policy_scans_launches()) {
         /* With tracking off, only linked programs reach these hooks: their
@@ -252,7 +270,7 @@ static void release(struct used *u, CUresult rc, CUstream s, bool per_thread)
         gvm_launch_log_record(u->r, u->n, s, per_thread, u->partial);
     if (gvm_usemark_on()) note_uses(u, rc, s, per_thread);
     for (int i = 0; i < u->n; i++) gvm_use_end(u->r[i]);
-    if (u->partial || u->unscanned) gvm_move_gate_leave();   /* after the stamp: a move begun now waits for the launch */
+    if (u->partial || u->gated) gvm_move_gate_leave();   /* after the stamp: a move begun now waits for the launch */
     if (u->n) gvm_prefetch_after(u->r, u->n);   /* queued: the next swap may start beside it */
 }
 

@@ -826,9 +826,28 @@ static unsigned word_at(CUdeviceptr p)
     return w;
 }
 
+/* A kernel reaching memory only through an address stored in device
+ * memory (its argument points at the address): counts the reach if that
+ * memory is not mapped (a GPU's would fault), else adds one to its first
+ * word. */
+static int (*follow_location_of)(CUdeviceptr);
+static int follow_unmapped;
+
+static void follow_stored(void **params)
+{
+    CUdeviceptr target = *(const CUdeviceptr *)(uintptr_t)*(CUdeviceptr *)params[0];
+    if (follow_location_of(target) == SIMCUDA_LOC_UNMAPPED) {
+        follow_unmapped++;
+        return;
+    }
+    *(unsigned *)(uintptr_t)target += 1;
+}
+
 /* A whole-process pause while the program runs on: the paused copies wait
  * unmapped (pause_host_map=lazy; PAUSE_MAPPED_AT_ONCE=1: mapped by the
- * pause, by default or with launches not hooked), and a kernel, a copy and a set reaching them work on them in
+ * pause, by default or with launches not hooked), and a kernel reaching
+ * one through an address stored in device memory (spill on too, launches
+ * scanned), a kernel, a copy and a set reaching them work on them in
  * host memory; the resume brings back what they wrote, and a second cycle
  * that nothing touches brings the contents back as they were. */
 static int pause_running_workload(void)
@@ -843,15 +862,22 @@ static int pause_running_workload(void)
     int paused_at = at_once && !strcmp(at_once, "1") ? SIMCUDA_LOC_HOST : SIMCUDA_LOC_UNMAPPED;
     size_t size = 8;
     CUfunction add = (CUfunction)make(add_one, 1, &size);
+    CUfunction follow = (CUfunction)make(follow_stored, 1, &size);
+    follow_location_of = location_of;
     RES(cuLaunchKernel, "cuLaunchKernel", 4000, 0);
-    CUdeviceptr p[3];
+    CUdeviceptr p[3], stored;
     const unsigned pattern[3] = {0x10101010u, 0x20202020u, 0x30303030u};
     for (int i = 0; i < 3; i++) {
         CHECK_EQ(D(cuMemAlloc_v2, &p[i], 8 * MiB), CUDA_SUCCESS);
         CHECK_EQ(D(cuMemsetD32_v2, p[i], pattern[i], 2 * MiB), CUDA_SUCCESS);
     }
+    CHECK_EQ(D(cuMemAlloc_v2, &stored, 4096), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemcpyHtoD_v2, stored, &p[1], sizeof p[1]), CUDA_SUCCESS);   /* p[1]'s address, in device memory */
     CHECK_EQ(pause(NULL, GVM_PAUSE_KEEP), GVM_OK);
     for (int i = 0; i < 3; i++) CHECK_EQ(location_of(p[i]), paused_at);
+    void *follow_params[] = {&stored};
+    CHECK_EQ(cuLaunchKernel_p(follow, 1, 1, 1, 1, 1, 1, 0, NULL, follow_params, NULL), CUDA_SUCCESS);
+    CHECK_EQ(follow_unmapped, 0);
     void *params[] = {&p[0]};
     CHECK_EQ(cuLaunchKernel_p(add, 1, 1, 1, 1, 1, 1, 0, NULL, params, NULL), CUDA_SUCCESS);
     CHECK_EQ(D(cuCtxSynchronize), CUDA_SUCCESS);
@@ -861,11 +887,14 @@ static int pause_running_workload(void)
     CHECK_EQ(resume(NULL), GVM_OK);
     for (int i = 0; i < 3; i++) CHECK_EQ(location_of(p[i]), 0);
     const unsigned now[3] = {pattern[0] + 1, pattern[1], 0x77777777u};
-    for (int i = 0; i < 3; i++) CHECK(word_at(p[i]) == now[i] && word_at(p[i] + 8 * MiB - 4) == now[i]);
+    CHECK_EQ(word_at(p[1]), pattern[1] + 1);   /* the stored address's kernel wrote it */
+    for (int i = 0; i < 3; i++) CHECK(word_at(p[i] + 8 * MiB - 4) == now[i]);
+    CHECK(word_at(p[0]) == now[0] && word_at(p[2]) == now[2]);
     CHECK_EQ(pause(NULL, GVM_PAUSE_KEEP), GVM_OK);
     CHECK_EQ(resume(NULL), GVM_OK);
     for (int i = 0; i < 3; i++) CHECK(word_at(p[i] + 4 * MiB) == now[i] && location_of(p[i]) == 0);
     for (int i = 0; i < 3; i++) CHECK_EQ(D(cuMemFree_v2, p[i]), CUDA_SUCCESS);
+    CHECK_EQ(D(cuMemFree_v2, stored), CUDA_SUCCESS);
     return 0;
 }
 
