@@ -87,6 +87,16 @@ static inline unsigned long test_sweep_step(void)
     return e && *e ? 1 : GVM_TEST_SANITIZER_SWEEP_STEP;
 }
 
+/* The step of a sweep that repeats in another mode what a sweep of its
+ * own suite covers call by call (the pause suite's second run, a variant
+ * of a case): every fourth of test_sweep_step()'s calls under the
+ * sanitizers, where the suite's time is short; the plain build still
+ * fails each call. */
+static inline unsigned long test_repeat_sweep_step(void)
+{
+    return test_sweep_step() * (test_scale() < 1 ? 4 : 1);
+}
+
 static char harness_scratch[512];
 static pid_t harness_scratch_owner;   /* the process that removes it */
 

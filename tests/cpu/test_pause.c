@@ -35,14 +35,19 @@ static void no_idle_memory(struct gvm_settings *s)
 /* Idle memory kept as by default, so that the pause's release shows. */
 static void keep_idle_memory(struct gvm_settings *s) { s->host_pool = 0; }
 
+/* The suite runs twice (tests/cpu/meson.build): with the default, and
+ * with the copies mapped only once reached (pause_host_map=lazy). */
+static bool lazy_run(void)
+{
+    const char *lazy = getenv("GVM_TEST_PAUSE_LAZY");
+    return lazy && !strcmp(lazy, "1");
+}
+
 static void start(void (*tune)(struct gvm_settings *))
 {
     gvm_config_defaults(&cfg);
     cfg.cache_idle = 0;
-    /* The suite runs twice (tests/cpu/meson.build): with the default, and
-     * with the copies mapped only once reached. */
-    const char *lazy = getenv("GVM_TEST_PAUSE_LAZY");
-    if (lazy && !strcmp(lazy, "1")) cfg.pause_host_map = GVM_CFG_SPILL_HOST_MAP_LAZY;
+    if (lazy_run()) cfg.pause_host_map = GVM_CFG_SPILL_HOST_MAP_LAZY;
     sim_start(2, 512 * MiB, tune);
     CHECK_EQ(gvm_policy_start(&cfg), CUDA_SUCCESS);
 }
@@ -366,7 +371,8 @@ static void a_failure_anywhere_keeps_every_allocation(void)
     unsigned long nresume = simcuda_call_count_here();
     CHECK(npause > 10 && nresume > 10);
     int failed = 0;
-    for (unsigned long k = 1; k <= npause + nresume; k += test_sweep_step()) {
+    unsigned long step = lazy_run() ? test_repeat_sweep_step() : test_sweep_step();
+    for (unsigned long k = 1; k <= npause + nresume; k += step) {
         bool in_resume = k > npause;
         if (in_resume) CHECK_EQ(gvm_pause(NULL, 0), GVM_OK);
         simcuda_fail_nth_here(in_resume ? k - npause : k, CUDA_ERROR_ILLEGAL_STATE);
@@ -382,7 +388,7 @@ static void a_failure_anywhere_keeps_every_allocation(void)
         CHECK_EQ(gvm_resume(NULL), GVM_OK);
         for (int i = 0; i < 4; i++) CHECK(where(p[i]) == (i == 3 ? 1 : 0) && intact(reach(p[i]), n[i], 20 + (uint32_t)i));
     }
-    CHECK(failed > 10 / (int)test_sweep_step());
+    CHECK(failed > 10 / (int)step);
 }
 
 static void no_prefill(struct gvm_settings *s)

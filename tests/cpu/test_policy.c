@@ -1211,7 +1211,8 @@ static void resume_at_the_limit_failing(bool reached)
     CHECK(calls > 10);
     int failed = 0;
     pause_w(w, reached);
-    for (unsigned long k = 1; k <= calls; k += test_sweep_step()) {
+    unsigned long step = reached ? test_sweep_step() : test_repeat_sweep_step();
+    for (unsigned long k = 1; k <= calls; k += step) {
         struct leaks base = leaks_now();
         simcuda_fail_nth_here(k, CUDA_ERROR_ILLEGAL_STATE);
         gvm_status st = gvm_resume("w");
