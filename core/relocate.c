@@ -352,8 +352,8 @@ int gvm_relocate_batch(struct gvm_region *const *r, int n, unsigned how, CUresul
         later_end(&later, r, rc);
         gvm_capture_restore(mode);
     }
-    for (int j = 0; j < m; j++) {
-        int i = 0;
+    /* req follows r's order: one pass finds each. */
+    for (int j = 0, i = 0; j < m; j++, i++) {
         while (r[i] != req[j].r) i++;
         rc[i] = req[j].rc;
     }
