@@ -179,6 +179,15 @@ static void a_whole_process_pause_takes_every_allocation(void)
           intact(reach(tagged), 8 * MiB, 4));
     launch_add(big, 40 * MiB, 1);
     CHECK(added(reach(big), 40 * MiB, 1, 8));
+    /* Paused again, then freed while paused (its copy not reached): no
+     * copy is left counted as waiting unmapped. */
+    CHECK_EQ(gvm_pause(NULL, 0), GVM_OK);
+    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_pauses, __ATOMIC_SEQ_CST) > 0, lazy_run());
+    CHECK_EQ(gvm_policy_free(other), CUDA_SUCCESS);
+    CHECK_EQ(gvm_resume(NULL), GVM_OK);
+    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_pauses, __ATOMIC_SEQ_CST), 0u);
+    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_SEQ_CST), 0u);
+    CHECK(added(reach(big), 40 * MiB, 1, 8) && intact(reach(tagged), 8 * MiB, 4));
 }
 
 /* Every pause gives gvmshim's idle device memory back: freed allocations
