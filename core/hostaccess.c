@@ -104,6 +104,14 @@ static CUresult grant_blocks(struct gvm_region *r, size_t off, size_t end, bool 
     return CUDA_SUCCESS;
 }
 
+/* r's host copy not mapped at its addresses yet (a lazy spill, a pause
+ * that maps once reached, core/relocate.h): mapped where it is, as any
+ * other call reaching it would, before the CPU is granted access. */
+static void map_shelved(struct gvm_region *r)
+{
+    if (GVM_LOAD(r->shelf_spill)) gvm_relocate(r, GVM_LOC_HOST, GVM_RELOC_MAPPED);
+}
+
 bool gvm_hostaccess_grant(uintptr_t addr) { return gvm_hostaccess_grant_range(addr, 1); }
 
 bool gvm_hostaccess_grant_range(uintptr_t addr, size_t len)
@@ -117,9 +125,7 @@ bool gvm_hostaccess_grant_range(uintptr_t addr, size_t len)
         if (!view) break;
         struct gvm_region *r = gvm_heap_region(addr);
         if (!r) break;
-        /* Its host copy not mapped at its addresses yet (a lazy spill, a
-         * pause that maps once reached): mapped where it is first. */
-        if (GVM_LOAD(r->shelf_spill)) gvm_relocate(r, GVM_LOC_HOST, GVM_RELOC_MAPPED);
+        map_shelved(r);
         pthread_mutex_lock(&r->op);
         uintptr_t vend = view->base + view->reserved;
         /* Both records may have been retired and reused since the lookup. */
@@ -197,13 +203,10 @@ static enum fault_outcome resolve_fault(uintptr_t addr, CUresult *err)
     struct gvm_region *view = gvm_vamap_get(addr);
     struct gvm_region *r = view ? gvm_heap_region(addr) : NULL;
     if (!r) return NOT_OURS;
-    /* Its host copy not mapped at its addresses yet (a lazy spill, a pause
-     * that maps once reached, core/relocate.h): mapped where it is first,
-     * as any other call reaching it would. The one place the handler
-     * allocates and waits on a lock: the fault is the program's own touch
-     * of the memory, so this thread is in no allocator and holds no lock of
-     * gvmshim's. */
-    if (GVM_LOAD(r->shelf_spill)) gvm_relocate(r, GVM_LOC_HOST, GVM_RELOC_MAPPED);
+    /* The one place the handler allocates and waits on a lock: the fault
+     * is the program's own touch of the memory, so this thread is in no
+     * allocator and holds no lock of gvmshim's. */
+    map_shelved(r);
     if (!lock_region(r)) return GRANT_FAILED;
     enum fault_outcome out = NOT_OURS;
     /* Both records may have been retired and reused since the lookup. */
