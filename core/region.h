@@ -85,7 +85,7 @@ struct gvm_region {
                                     discarded; NULL otherwise */
     int nshelf;
     bool shelf_spill;            /* its shelf holds a lazy spill (spill_host_map=lazy), not a paused copy */
-    bool shelf_pause;            /* ...or, with shelf_spill, a pause's copy mapped once reached */
+    bool shelf_pause;            /* with shelf_spill: a copy mapped once reached (a pause's, or memory released for another party) */
     bool read_by_handle;         /* a texture or tensor map reads it (gvm_region_note_handle_read) */
     uint64_t spilled_at;         /* use clock when the policy moved it off its device, 0 if not */
     uint32_t launches[GVM_REGION_LAUNCHES];   /* the launch numbers starting its last runs of uses (policy/recur.c) */
@@ -247,14 +247,15 @@ void gvm_region_set_shelf(struct gvm_region *r, struct gvm_phys **pieces, int n,
 /* A lazy spill's shelf now holds a paused copy (the region was paused). */
 void gvm_region_shelf_paused(struct gvm_region *r);
 
-/* Regions whose lazy shelf holds a pause's copy (pause_host_map=lazy,
- * core/relocate.h): while any is, a launch maps every lazy shelf first,
- * whatever its scan found, so that no kernel reaches paused memory
+/* Regions whose lazy shelf holds a copy to be mapped once reached
+ * (pause_host_map=lazy, core/relocate.h: a pause's, or a spill made to
+ * release memory at once): while any is, a launch maps every lazy shelf
+ * first, whatever its scan found, so that no kernel reaches that memory
  * unmapped through an address kept in device memory. */
 extern unsigned gvm_region_shelf_pauses;
 
-/* r's lazy shelf (shelf_spill) now holds a pause's copy, mapped once
- * reached: counted in gvm_region_shelf_pauses until the shelf goes. */
+/* r's lazy shelf (shelf_spill) now holds a copy mapped once reached:
+ * counted in gvm_region_shelf_pauses until the shelf goes. */
 void gvm_region_shelf_pause_later(struct gvm_region *r);
 
 /* The shelf goes: drop puts its pieces back to the host pool (the region

@@ -287,15 +287,41 @@ struct later {
     int n;
 };
 
-static void later_begin(struct later *l, struct gvm_region *const *r)
+static void later_begin(struct later *l, struct gvm_region *const *r, unsigned how)
 {
-    for (int j = 0; j < l->n; j++) gvm_shelf_put_begin(&l->op[j], r[l->at[j]], true, true, false, "pause");
+    for (int j = 0; j < l->n; j++) gvm_shelf_put_begin(&l->op[j], r[l->at[j]], true, true, false, reason(how));
 }
 
-static void later_end(struct later *l, struct gvm_region *const *r, CUresult *rc)
+/* A spill counts as the move it is; a copy mapped later is announced to
+ * the calls that must map it first (core/region.h, shelf_pause). */
+static void later_end(struct later *l, struct gvm_region *const *r, unsigned how, CUresult *rc)
 {
-    for (int j = 0; j < l->n; j++)
-        if ((rc[l->at[j]] = gvm_shelf_put_end(&l->op[j])) == CUDA_SUCCESS) gvm_region_shelf_pause_later(r[l->at[j]]);
+    for (int j = 0; j < l->n; j++) {
+        struct gvm_region *x = r[l->at[j]];
+        CUresult got = gvm_shelf_put_end(&l->op[j]);
+        if (how & GVM_RELOC_SPILL) counted(x, GVM_LOC_HOST, got);
+        if (got == CUDA_SUCCESS && (how & GVM_RELOC_MAP_LATER)) gvm_region_shelf_pause_later(x);
+        rc[l->at[j]] = got;
+    }
+}
+
+/* The kinds of batch: pauses (mapped, or mapped once reached), resumes,
+ * and spills to host (mapped, shelved, or shelved and mapped once
+ * reached). */
+static bool batch_kind(unsigned how)
+{
+    const unsigned shelve_later = GVM_RELOC_SHELVE | GVM_RELOC_MAP_LATER;
+    return how == GVM_RELOC_PAUSE || how == GVM_RELOC_RESUME || how == (GVM_RELOC_PAUSE | shelve_later) ||
+           how == GVM_RELOC_SPILL || how == (GVM_RELOC_SPILL | GVM_RELOC_SHELVE) ||
+           how == (GVM_RELOC_SPILL | shelve_later);
+}
+
+/* Whether r's copy goes to a shelf in the batch `how`: a pause mapped
+ * once reached, or a spill shelved, where r allows it. */
+static bool batch_shelves(const struct gvm_region *r, unsigned how)
+{
+    bool pause_later = (how & GVM_RELOC_PAUSE) && (how & GVM_RELOC_MAP_LATER);
+    return (pause_later || (how & GVM_RELOC_SPILL)) && shelvable(r, GVM_LOC_HOST, how);
 }
 
 /* r[i]'s end of the batch: its bookkeeping, its bytes after, its lock. */
@@ -303,7 +329,7 @@ static void batch_done(struct gvm_region *x, int i, int where, unsigned how, CUr
 {
     if (rc == CUDA_SUCCESS) {
         if (how & GVM_RELOC_RESUME) resumed_at(x, where);
-        else paused_at(x, where);
+        else if (how & GVM_RELOC_PAUSE) paused_at(x, where);
     }
     bytes_by_device(x, after + (size_t)i * (size_t)ndev, ndev);
     give_back(x, GVM_LOC_HOST, how, rc);
@@ -312,7 +338,6 @@ static void batch_done(struct gvm_region *x, int i, int where, unsigned how, CUr
 int gvm_relocate_batch(struct gvm_region *const *r, int n, unsigned how, CUresult *rc, size_t *before,
                        size_t *after, int ndev)
 {
-    const unsigned pause_later = GVM_RELOC_PAUSE | GVM_RELOC_SHELVE | GVM_RELOC_MAP_LATER;
     size_t cells = (size_t)(n > 0 ? n : 1);
     struct gvm_move_req *req = calloc(cells, sizeof *req);
     int *where = calloc(cells, sizeof *where), m = 0;
@@ -320,7 +345,7 @@ int gvm_relocate_batch(struct gvm_region *const *r, int n, unsigned how, CUresul
     struct later later = {calloc(cells, sizeof *later.at), calloc(cells, sizeof *later.op), 0};
     for (int i = 0; i < n; i++) rc[i] = GVM_RELOCATE_SKIPPED;
     bool ok = req && where && taken && later.at && later.op;
-    if (!ok || !(how == GVM_RELOC_PAUSE || how == GVM_RELOC_RESUME || how == pause_later)) {
+    if (!ok || !batch_kind(how)) {
         free(req), free(where), free(taken), free(later.at), free(later.op);
         return 0;
     }
@@ -337,7 +362,7 @@ int gvm_relocate_batch(struct gvm_region *const *r, int n, unsigned how, CUresul
         where[i] = how & GVM_RELOC_RESUME ? loc : gvm_region_location(r[i]);
         bytes_by_device(r[i], before + (size_t)i * (size_t)ndev, ndev);
         taken[nt++] = i;
-        if (how == pause_later && shelvable(r[i], GVM_LOC_HOST, how))
+        if (batch_shelves(r[i], how))
             later.at[later.n++] = i;
         else
             req[m++] = (struct gvm_move_req){r[i], loc, reason(how), CUDA_SUCCESS};
@@ -347,9 +372,9 @@ int gvm_relocate_batch(struct gvm_region *const *r, int n, unsigned how, CUresul
     CUresult waited = nt ? gvm_topo_quiesce() : CUDA_SUCCESS;
     if (waited == CUDA_SUCCESS && nt) {
         CUstreamCaptureMode mode = gvm_capture_relax();
-        later_begin(&later, r);
+        later_begin(&later, r, how);
         gvm_move_lanes(req, m, NULL, 0);
-        later_end(&later, r, rc);
+        later_end(&later, r, how, rc);
         gvm_capture_restore(mode);
     }
     /* req follows r's order: one pass finds each. */

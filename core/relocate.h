@@ -84,8 +84,10 @@ CUresult gvm_relocate_locked(struct gvm_region *r, int loc, unsigned how);
 int gvm_relocate_swap(struct gvm_region *in, int home, struct gvm_region *const *out, const int *to, int nout,
                       unsigned out_flags, CUresult *in_rc);
 
-/* Many regions paused to host with their copies mapped (how
- * GVM_RELOC_PAUSE, to GVM_LOC_HOST), or resumed (GVM_RELOC_RESUME), as
+/* Many regions paused to host (how GVM_RELOC_PAUSE, with or without
+ * GVM_RELOC_SHELVE | GVM_RELOC_MAP_LATER), resumed (GVM_RELOC_RESUME), or
+ * spilled to host (GVM_RELOC_SPILL, alone, with GVM_RELOC_SHELVE, or with
+ * both: memory released for another party, core/region.h shelf_pause), as
  * one batch: one wait for the devices once every region is held, then the
  * moves back to back (gvm_move_lanes), where a move per region waited for
  * the devices each time and began only after the one before it ended.

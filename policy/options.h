@@ -68,13 +68,14 @@
       "so the next pause finds its host memory ready (that much pinned host "  \
       "memory stays held between pauses)")                                     \
     X(pause_host_map, spill_host_map, "eager", live,                           \
-      "what a pause that keeps its copy leaves at the allocation's addresses: "\
-      "its host memory, mapped (eager), or nothing until the program reaches " \
-      "it (lazy: the device memory is free at the speed of the copy, into "    \
-      "the process's own registered pages; the next launch, a graph's, or a "  \
-      "CPU touch maps every paused copy first, a copy or set the ones it "     \
-      "names; every launch holds the move gate meanwhile, two atomic adds; "   \
-      "not with track_launches=off)")                                          \
+      "what a pause that keeps its copy, or a release from outside (a limit "  \
+      "lowered live, a process giving way), leaves at the allocations' "       \
+      "addresses: its host memory, mapped by the move itself (eager), or "     \
+      "nothing until the program reaches them (lazy: the device memory is "    \
+      "free at the speed of the copy, into the process's own registered "      \
+      "pages; the next launch, a graph's, or a CPU touch maps every such "     \
+      "copy first, a copy or set the ones it names; every launch holds the "   \
+      "move gate meanwhile, two atomic adds; not with track_launches=off)")    \
     X(host_register, bool, "1", start,                                         \
       "host memory that only copies reach (lazy spills, unmapped pauses) "     \
       "may be the process's own pages pinned with cuMemHostRegister, made "    \

@@ -396,17 +396,6 @@ static gvm_status status_of(CUresult rc, bool shared, gvm_pause_result *out)
     return GVM_OK;
 }
 
-/* Whether a pause that keeps its copy readable maps it only once the
- * program reaches it (pause_host_map=lazy; core/relocate.h,
- * GVM_RELOC_MAP_LATER): every call that may reach it must come through
- * gvmshim's hooks, launches included (not with track_launches=off), and
- * host memory must be mappable at its addresses. */
-static bool map_later_possible(const struct gvm_config *cfg)
-{
-    return cfg && cfg->pause_host_map == GVM_CFG_SPILL_HOST_MAP_LAZY && cfg->track_launches != GVM_CFG_TRACK_OFF &&
-           gvm_topo.host_vmm;
-}
-
 static gvm_status pause_resume(const char *tag, enum what w, int flags, gvm_pause_result *out)
 {
     if (!gvm_core_active()) {
@@ -432,7 +421,10 @@ static gvm_status pause_resume(const char *tag, enum what w, int flags, gvm_paus
         int loc = w == PAUSE && !(flags & GVM_PAUSE_DISCARD) ? GVM_LOC_HOST : GVM_LOC_NONE;
         const struct gvm_config *cfg = gvm_policy_cfg();
         if (flags & GVM_PAUSE_UNMAPPED) how |= GVM_RELOC_SHELVE;
-        else if (loc == GVM_LOC_HOST && map_later_possible(cfg)) how |= GVM_RELOC_SHELVE | GVM_RELOC_MAP_LATER;
+        /* A copy kept readable is mapped only once the program reaches it
+         * (core/relocate.h, GVM_RELOC_MAP_LATER) where every call that may
+         * reach it comes through the hooks (policy/spill.h). */
+        else if (loc == GVM_LOC_HOST && gvm_spill_maps_later()) how |= GVM_RELOC_SHELVE | GVM_RELOC_MAP_LATER;
         if (loc == GVM_LOC_HOST && cfg && cfg->pause_pool) {
             keep_room(&l);
             if (!(how & GVM_RELOC_SHELVE)) rc = create_host_memory(&l, out);

@@ -195,7 +195,7 @@ static int evict_down(const struct limits *to, const struct limits *from, size_t
 {
     for (int d = 0; d < gvm_topo.ndev; d++) {
         if (!lowered(to, from, d)) continue;
-        CUresult rc = gvm_spill_down_to(d, to->dev[d], &moved[d]);
+        CUresult rc = gvm_spill_release(d, to->dev[d], &moved[d]);
         if (rc == CUDA_SUCCESS) continue;
         char held[32], gone[32];
         human(gvm_policy_usage(d), held, sizeof held);

@@ -221,7 +221,7 @@ static void give(const struct gvm_config *cfg, int d, size_t bytes, int to)
     gvm_policy_set_limit(d, target < configured_limit(cfg, d) ? target : configured_limit(cfg, d));
     struct dev_share *s = &sh[d];
     uint64_t before = __atomic_load_n(&gvm_clock, __ATOMIC_RELAXED);
-    CUresult rc = gvm_spill_down_to(d, target, &moved);
+    CUresult rc = gvm_spill_release(d, target, &moved);
     /* A spill stamps its region with a tick of the use clock
      * (core/relocate.c): absorbed here, or giving way would make this
      * process look busy at its next round, and a busy one gives only down

@@ -19,6 +19,7 @@
 #include "policy/victims.h"
 
 #include <stdint.h>
+#include <stdlib.h>
 #include <time.h>
 
 static double ms_now(void)
@@ -148,6 +149,80 @@ CUresult gvm_spill_down_to(int device, size_t limit, size_t *moved)
     }
     gvm_victims_free(&v);
     if (rc == CUDA_SUCCESS && gvm_policy_usage(device) > limit) rc = CUDA_ERROR_OUT_OF_MEMORY;
+    return rc;
+}
+
+bool gvm_spill_maps_later(void)
+{
+    const struct gvm_config *cfg = gvm_policy_cfg();
+    return cfg && cfg->pause_host_map == GVM_CFG_SPILL_HOST_MAP_LAZY && cfg->track_launches != GVM_CFG_TRACK_OFF &&
+           gvm_topo.host_vmm;
+}
+
+/* The least recently used regions of device bound for host that make
+ * `excess` bytes, in order, while the host has room for them all; a
+ * region whose first target is a peer is left to gvm_spill_down_to. */
+static int host_batch(int device, size_t excess, const struct gvm_victims *v, struct gvm_region **out)
+{
+    size_t sum = 0;
+    int n = 0;
+    for (size_t i = 0; i < v->n && sum < excess; i++) {
+        size_t bytes = GVM_LOAD(v->v[i].r->mapped);
+        if (pick_target(device, bytes) != GVM_LOC_HOST || !gvm_policy_fits(GVM_LOC_HOST, sum + bytes)) continue;
+        out[n++] = v->v[i].r;
+        sum += bytes;
+    }
+    return n;
+}
+
+/* One batch of spills to host (core/relocate.h, gvm_relocate_batch):
+ * the bytes that left device, and the first driver failure (its region
+ * stays as it was; those skipped or refused are left to the caller). */
+static CUresult spill_batch(int device, struct gvm_region **r, int n, size_t *gone)
+{
+    size_t nd = (size_t)gvm_topo.ndev, cells = (size_t)n * nd;
+    CUresult *rc = calloc((size_t)n, sizeof *rc);
+    size_t *before = calloc(cells, sizeof *before), *after = calloc(cells, sizeof *after);
+    CUresult failed = CUDA_SUCCESS;   /* no room for the tables: the caller moves them one by one */
+    if (rc && before && after) {
+        unsigned later = GVM_RELOC_SHELVE | GVM_RELOC_MAP_LATER;
+        gvm_recur_start();
+        gvm_relocate_batch(r, n, GVM_RELOC_SPILL | (gvm_spill_maps_later() ? later : lazy_flag()), rc, before, after,
+                           (int)nd);
+        for (int i = 0; i < n; i++) {
+            size_t was = before[(size_t)i * nd + (size_t)device], now = after[(size_t)i * nd + (size_t)device];
+            if (rc[i] == CUDA_SUCCESS && was > now) *gone += was - now;
+            bool left_over = rc[i] == GVM_RELOCATE_SKIPPED || gvm_relocate_refused(rc[i]);
+            if (rc[i] != CUDA_SUCCESS && !left_over && failed == CUDA_SUCCESS) failed = rc[i];
+        }
+    }
+    free(rc), free(before), free(after);
+    return failed;
+}
+
+CUresult gvm_spill_release(int device, size_t limit, size_t *moved)
+{
+    *moved = 0;
+    gvm_heap_trim(device);
+    size_t usage = gvm_policy_usage(device);
+    if (usage <= limit) return CUDA_SUCCESS;
+    if (gvm_capture_open(-1)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;   /* a move would wait */
+    struct gvm_victims v = {0};
+    gvm_victims_resident(device, &v);
+    struct gvm_region **r = v.n ? calloc(v.n, sizeof *r) : NULL;
+    int n = r ? host_batch(device, usage - limit, &v, r) : 0;
+    CUresult rc = CUDA_SUCCESS;
+    if (n) {
+        rc = spill_batch(device, r, n, moved);
+        gvm_heap_trim(device);   /* what moved out went to the pool */
+    }
+    free(r);
+    gvm_victims_free(&v);
+    if (rc != CUDA_SUCCESS) return rc;
+    /* What the batch skipped (busy, refused) or left for a peer. */
+    size_t more = 0;
+    rc = gvm_spill_down_to(device, limit, &more);
+    *moved += more;
     return rc;
 }
 

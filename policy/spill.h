@@ -23,6 +23,20 @@ CUresult gvm_spill_alloc(size_t size, int device, CUcontext ctx, int tag, uintpt
  * while a stream capture is open (moves would wait for it). */
 CUresult gvm_spill_down_to(int device, size_t limit, size_t *moved);
 
+/* The same for memory another party needs now (a limit lowered live, a
+ * process giving way to others sharing the device): the regions bound for
+ * host leave as one batch (core/relocate.h, gvm_relocate_batch), and,
+ * where gvm_spill_maps_later, their copies go to the process's own pinned
+ * pages and are mapped at their addresses only when a call reaches them
+ * (every launch maps them first: preload/hooks_launch.c): creating pinned
+ * memory to map runs at ~5 GB/s (bench/RESULTS.md), registering the
+ * process's pages at the link's speed. The rest as gvm_spill_down_to. */
+CUresult gvm_spill_release(int device, size_t limit, size_t *moved);
+
+/* Whether moves from outside may leave their copies to be mapped once
+ * reached: pause_host_map=lazy, launches tracked, host memory mappable. */
+bool gvm_spill_maps_later(void);
+
 /* Called before a kernel launch with the regions its arguments reach (not
  * yet announced): spilled ones are brought back to their device now, after
  * enough regions the launch does not use have left to make room; where

@@ -178,6 +178,28 @@ static void enter_gate(struct used *u)
     map_all_and_close();
 }
 
+/* A launch that holds the move gate for its call cannot map its own
+ * lazily spilled regions once it holds it (mapping is a move, and moves
+ * wait for the gate): they are mapped first, and if a swap sent one away
+ * again before the gate closed, everything is mapped as for a launch
+ * scanned in part. */
+static void map_own_then_gate(struct used *u)
+{
+    if (__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED))
+        for (int i = 0; i < u->n; i++)
+            if (GVM_LOAD(u->r[i]->shelf_spill)) gvm_relocate(u->r[i], GVM_LOC_HOST, GVM_RELOC_MAPPED);
+    enter_gate(u);
+    if (u->partial) return;
+    for (int i = 0; i < u->n; i++) {
+        if (!GVM_LOAD(u->r[i]->shelf_spill)) continue;
+        gvm_move_gate_leave();
+        u->gated = false;
+        u->partial = true;
+        map_all_and_close();
+        return;
+    }
+}
+
 /* Finds the regions the launch reaches, lets the policy bring spilled ones
  * back (before they are announced: a region in use cannot move), then
  * announces them for the launch call; lazily spilled ones still away get
@@ -188,7 +210,7 @@ static void scan(struct used *u, void *fn, void **params, void **extra)
     collect(u, fn, params, extra);
     if (u->n) gvm_policy_before_launch(u->r, u->n);
     if (u->partial) map_all_and_close();   /* its reach is not known whole */
-    else if (u->unscanned || pauses_lazily()) enter_gate(u);   /* no move may run beside its call */
+    else if (u->unscanned || pauses_lazily()) map_own_then_gate(u);   /* no move may run beside its call */
     if (!u->n) return;
     gvm_use_regions(u->r, u->n);
     if (u->partial || !__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_RELAXED)) return;

@@ -622,7 +622,10 @@ static void driver_attributes(const char *what, uintptr_t base, uintptr_t p)
 static void driver_sets_and_copies(uint8_t *d, uint8_t *d2, size_t n)
 {
     CUstream cs;
-    CKD(cuStreamCreate(&cs, CU_STREAM_NON_BLOCKING));
+    /* A blocking stream: the copy waits for the sets, which run on the
+     * legacy default stream (on a non-blocking one it may read before
+     * they land, natively too). */
+    CKD(cuStreamCreate(&cs, CU_STREAM_DEFAULT));
     must_drv("cuMemsetD8(whole, 0xab)", cuMemsetD8((CUdeviceptr)d, 0xab, n));
     must_drv("cuMemsetD16(second half, 0x1234)", cuMemsetD16((CUdeviceptr)(d + n / 2), 0x1234, n / 4));
     must_drv("cuMemcpyDtoDAsync(whole)", cuMemcpyDtoDAsync((CUdeviceptr)d2, (CUdeviceptr)d, n, cs));
