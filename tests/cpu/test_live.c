@@ -140,6 +140,33 @@ static void lowering_evicts_the_coldest_down_to_the_limit(void)
     CHECK_EQ(gvm_policy_free(d), CUDA_SUCCESS);
 }
 
+/* With pause_host_map=lazy a lowered limit releases the device memory
+ * into the process's own pages and leaves the copies to be mapped once
+ * reached (policy/spill.h, gvm_spill_release): the next launch would map
+ * them all first; a copy reaching one maps it; the data stays. */
+static void lowering_with_lazy_maps_leaves_copies_mapped_once_reached(void)
+{
+    const char *kv[] = {"spill", "host", "promote", "0", "pause_host_map", "lazy", NULL};
+    start_policy(kv);
+    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB), c = palloc(24 * MiB);
+    fill(a, 24 * MiB, 1);
+    fill(b, 24 * MiB, 2);
+    fill(c, 24 * MiB, 3);
+    touch(b);
+    touch(c);
+    CHECK_EQ(live_set("device_limit=0:32M", NULL), GVM_OK);
+    CHECK(strstr(reply, "device 0: moved 48.0 MiB out; holds 24.0 MiB, limit 32.0 MiB\n") != NULL);
+    CHECK_EQ(where(a), GVM_HOST);
+    CHECK_EQ(where(b), GVM_HOST);
+    CHECK_EQ(where(c), 0);
+    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_pauses, __ATOMIC_SEQ_CST), 2u);
+    gvm_policy_map_spilled();   /* what a launch does first */
+    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_pauses, __ATOMIC_SEQ_CST), 0u);
+    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_spills, __ATOMIC_SEQ_CST), 0u);
+    CHECK(intact(a, 24 * MiB, 1) && intact(b, 24 * MiB, 2) && intact(c, 24 * MiB, 3));
+    CHECK(gvm_policy_usage(0) <= 32 * MiB);
+}
+
 static void raising_lets_promotion_bring_it_back(void)
 {
     const char *kv[] = {"spill", "host", "promote", "0", "device_limit", "0:32M", NULL};
@@ -569,6 +596,7 @@ static void no_room_to_evict_to_is_refused(void)
 
 static const struct test_case cases[] = {
     TEST_ENTRY(lowering_evicts_the_coldest_down_to_the_limit)
+    TEST_ENTRY(lowering_with_lazy_maps_leaves_copies_mapped_once_reached)
     TEST_ENTRY(raising_lets_promotion_bring_it_back)
     TEST_ENTRY(spill_turned_on_live_acts_as_if_set_at_start)
     TEST_ENTRY(a_raise_brings_back_what_fits)

@@ -1761,9 +1761,15 @@ static void threads_churning_past_the_limit_keep_every_byte(void)
     const char *lazy[] = {"GVM_DEVICE_LIMIT=0:24M", "GVM_SPILL=host", "GVM_SPILL_HOST_MAP=lazy", "SIMCUDA_CPU_FAULTS=0",
                           NULL};
     const char *peer[] = {"GVM_DEVICE_LIMIT=0:24M,1:16M", "GVM_SPILL=peer,host", "SIMCUDA_CPU_FAULTS=0", NULL};
+    /* Every launch holds the move gate (pause_host_map=lazy): one reaching
+     * a lazily spilled region maps it before the gate, never under it,
+     * where the map would wait for the gate its own thread holds. */
+    const char *gated[] = {"GVM_DEVICE_LIMIT=0:24M", "GVM_SPILL=host", "GVM_SPILL_HOST_MAP=lazy",
+                           "GVM_PAUSE_HOST_MAP=lazy", "SIMCUDA_CPU_FAULTS=0", NULL};
     CHECK_EQ(run_self_envs("threads", mapped, NULL, 0), 0);
     CHECK_EQ(run_self_envs("threads", lazy, NULL, 0), 0);
     CHECK_EQ(run_self_envs("threads", peer, NULL, 0), 0);
+    CHECK_EQ(run_self_envs("threads", gated, NULL, 0), 0);
 }
 
 /* CPU faults off: see threads_churning_past_the_limit_keep_every_byte. */
