@@ -108,16 +108,23 @@ static bool comes_to(uintptr_t p, int loc)
 
 /* ---- lowering and raising ------------------------------------------------ */
 
+/* Three 24 MiB allocations filled, the first the least recently used. */
+static void three_filled(const char **kv, uintptr_t *a, uintptr_t *b, uintptr_t *c)
+{
+    start_policy(kv);
+    *a = palloc(24 * MiB), *b = palloc(24 * MiB), *c = palloc(24 * MiB);
+    fill(*a, 24 * MiB, 1);
+    fill(*b, 24 * MiB, 2);
+    fill(*c, 24 * MiB, 3);
+    touch(*b);
+    touch(*c);
+}
+
 static void lowering_evicts_the_coldest_down_to_the_limit(void)
 {
     const char *kv[] = {"spill", "host", "promote", "0", NULL};
-    start_policy(kv);
-    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB), c = palloc(24 * MiB);
-    fill(a, 24 * MiB, 1);
-    fill(b, 24 * MiB, 2);
-    fill(c, 24 * MiB, 3);
-    touch(b);
-    touch(c);   /* a is the least recently used */
+    uintptr_t a, b, c;
+    three_filled(kv, &a, &b, &c);
     const struct gvm_config *before = gvm_policy_cfg();
     CHECK_EQ(live_set("device_limit=0:56M", NULL), GVM_OK);
     printf("%s", reply);
@@ -147,13 +154,8 @@ static void lowering_evicts_the_coldest_down_to_the_limit(void)
 static void lowering_with_lazy_maps_leaves_copies_mapped_once_reached(void)
 {
     const char *kv[] = {"spill", "host", "promote", "0", "pause_host_map", "lazy", NULL};
-    start_policy(kv);
-    uintptr_t a = palloc(24 * MiB), b = palloc(24 * MiB), c = palloc(24 * MiB);
-    fill(a, 24 * MiB, 1);
-    fill(b, 24 * MiB, 2);
-    fill(c, 24 * MiB, 3);
-    touch(b);
-    touch(c);
+    uintptr_t a, b, c;
+    three_filled(kv, &a, &b, &c);
     CHECK_EQ(live_set("device_limit=0:32M", NULL), GVM_OK);
     CHECK(strstr(reply, "device 0: moved 48.0 MiB out; holds 24.0 MiB, limit 32.0 MiB\n") != NULL);
     CHECK_EQ(where(a), GVM_HOST);
@@ -536,10 +538,9 @@ static void changes_are_bounded(void)
 /* Every driver call of the eviction fails in turn: the data stays intact,
  * the set says it failed, and the configuration and the caps are the old
  * ones, which still bound what is held. */
-static void a_driver_failure_while_evicting_keeps_data_and_configuration(void)
+static void evict_with_failures(const char **kv)
 {
     gvm_log_set_level(GVM_LOG_ERROR);   /* each round logs its failure */
-    const char *kv[] = {"spill", "host", "promote", "0", NULL};
     start_policy(kv);
     uintptr_t a = palloc(6 * MiB), b = palloc(6 * MiB);
     fill(a, 6 * MiB, 1);
@@ -553,6 +554,7 @@ static void a_driver_failure_while_evicting_keeps_data_and_configuration(void)
         int st = live_set("device_limit=0:2M", NULL);
         unsigned long calls = simcuda_call_count();
         simcuda_fail_nth(0, CUDA_SUCCESS);
+        gvm_policy_map_spilled();   /* what a launch or a CPU touch does first */
         CHECK(intact(a, 6 * MiB, 1) && intact(b, 6 * MiB, 2));
         if (st == GVM_OK) {
             CHECK(gvm_policy_usage(0) <= 2 * MiB);
@@ -574,6 +576,21 @@ static void a_driver_failure_while_evicting_keeps_data_and_configuration(void)
     }
     CHECK(failed_after_a_move);
     CHECK(intact(a, 6 * MiB, 1) && intact(b, 6 * MiB, 2));
+}
+
+static void a_driver_failure_while_evicting_keeps_data_and_configuration(void)
+{
+    const char *kv[] = {"spill", "host", "promote", "0", NULL};
+    evict_with_failures(kv);
+}
+
+/* The same where the copies go to shelves mapped once reached. */
+static void a_driver_failure_while_releasing_into_shelves_keeps_data(void)
+{
+    const char *kv[] = {"spill", "host", "promote", "0", "pause_host_map", "lazy", NULL};
+    evict_with_failures(kv);
+    gvm_policy_map_spilled();
+    CHECK_EQ(__atomic_load_n(&gvm_region_shelf_pauses, __ATOMIC_SEQ_CST), 0u);
 }
 
 /* No spill target has room: what could move stays moved, the limit and
@@ -614,6 +631,7 @@ static const struct test_case cases[] = {
     TEST_ENTRY(before_the_start_nothing_to_change)
     TEST_ENTRY(changes_are_bounded)
     TEST_ENTRY(a_driver_failure_while_evicting_keeps_data_and_configuration)
+    TEST_ENTRY(a_driver_failure_while_releasing_into_shelves_keeps_data)
     TEST_ENTRY(no_room_to_evict_to_is_refused)
 };
 
