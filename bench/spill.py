@@ -13,7 +13,9 @@ default implementation); the working set then counts each weight four
 times (the weight, its gradient, Adam's two moments), and the managed-
 memory comparison is not run (it needs PyTorch's allocator replaced).
 --workload train-fused: the same step with Adam(fused=True), one pass over
-each weight's four tensors instead of the default's several sweeps.
+each weight's four tensors instead of the default's several sweeps;
+train-adamw and train-adamw-fused: AdamW, default and fused; train-sgd:
+SGD with momentum 0.9 (three tensors a weight: no second moment).
 Reported per working set:
   step ms          median of --steps timed steps after --warmup steps
   x fits           step / the native step of the same working set
@@ -58,7 +60,7 @@ Exit 77 without torch or a GPU.
                    [--ratios 0.8,1.25,1.5,2] [--no-peer] [--no-managed]
                    [--no-diff] [--no-trace] [--no-lazy] [--lazy-warmup 20] [--deadline 240]
                    [--shim-env GVM_X=V]
-                   [--workload read|train|train-fused]
+                   [--workload read|train|train-fused|train-adamw|train-adamw-fused|train-sgd]
 """
 import argparse
 import ctypes
@@ -189,10 +191,25 @@ def run_working_set(torch, ws_bytes, tensor_bytes, steps, warmup, managed, side=
     return res
 
 
-def training_set(torch, rows, n, fused):
+# The training step's optimizers: the constructor's name in torch.optim,
+# its arguments, and the tensors each weight brings (weight, gradient and
+# the optimizer's state).
+OPTIMIZERS = {
+    "adam": ("Adam", {}, 4),
+    "adam-fused": ("Adam", {"fused": True}, 4),
+    "adamw": ("AdamW", {}, 4),
+    "adamw-fused": ("AdamW", {"fused": True}, 4),
+    "sgd": ("SGD", {"momentum": 0.9}, 3),
+}
+WORKLOADS = {"train": "adam", "train-fused": "adam-fused", "train-adamw": "adamw",
+             "train-adamw-fused": "adamw-fused", "train-sgd": "sgd"}
+
+
+def training_set(torch, rows, n, fused, optimizer=None):
     """The training step's input, n weights of rows x COLS fp32 (seeded:
-    every run starts from the same values) and its optimizer. Also what
-    scripts/probe/ runs, so that they probe this very step."""
+    every run starts from the same values) and its optimizer (a key of
+    OPTIMIZERS; else Adam, fused or not). Also what scripts/probe/ runs,
+    so that they probe this very step."""
     dev = torch.device("cuda", 0)
     g = torch.Generator(device=dev)
     g.manual_seed(5)
@@ -202,7 +219,8 @@ def training_set(torch, rows, n, fused):
         w = torch.empty(rows, COLS, device=dev)
         w.uniform_(-0.01, 0.01, generator=g)
         params.append(torch.nn.Parameter(w))
-    opt = torch.optim.Adam(params, lr=1e-4, fused=True) if fused else torch.optim.Adam(params, lr=1e-4)
+    name, kwargs, _ = OPTIMIZERS[optimizer or ("adam-fused" if fused else "adam")]
+    opt = getattr(torch.optim, name)(params, lr=1e-4, **kwargs)
     return x, params, opt
 
 
@@ -215,7 +233,7 @@ def training_step(x, params, opt):
     return float(loss.item())
 
 
-def run_training_set(torch, ws_bytes, tensor_bytes, steps, warmup, managed, fused=False):
+def run_training_set(torch, ws_bytes, tensor_bytes, steps, warmup, managed, fused=False, optimizer=None):
     """Training steps: forward through every weight, backward, Adam. The
     working set counts each weight four times: the weight, its gradient and
     Adam's two moments (created by the first step, a warm-up step). fused:
@@ -224,9 +242,10 @@ def run_training_set(torch, ws_bytes, tensor_bytes, steps, warmup, managed, fuse
     if managed:
         raise RuntimeError("not run for the training step (it needs PyTorch's allocator replaced)")
     rows = tensor_bytes // (4 * COLS)
-    n = max(1, int(round(ws_bytes / (4.0 * tensor_bytes))))
+    per_weight = OPTIMIZERS[optimizer or ("adam-fused" if fused else "adam")][2]
+    n = max(1, int(round(ws_bytes / (float(per_weight) * tensor_bytes))))
     t0 = time.time()
-    x, params, opt = training_set(torch, rows, n, fused)
+    x, params, opt = training_set(torch, rows, n, fused, optimizer)
     torch.cuda.synchronize()
     setup_s = time.time() - t0
     times, loss_v = [], None
@@ -235,7 +254,7 @@ def run_training_set(torch, ws_bytes, tensor_bytes, steps, warmup, managed, fuse
         loss_v = training_step(x, params, opt)
         if i >= warmup:
             times.append(time.time() - s0)
-    res = {"tensors": n, "ws_bytes": 4 * n * rows * COLS * 4, "setup_s": setup_s, "step_s": times,
+    res = {"tensors": n, "ws_bytes": per_weight * n * rows * COLS * 4, "setup_s": setup_s, "step_s": times,
            "checksum": loss_v.hex() if loss_v is not None else None}
     del opt, params, x
     torch.cuda.synchronize()
@@ -320,7 +339,8 @@ def child(args):
         try:
             if args.get("train"):
                 r = run_training_set(torch, ws, args["tensor_bytes"], args["steps"], args["warmup"],
-                                     args.get("managed", False), fused=args.get("fused", False))
+                                     args.get("managed", False), fused=args.get("fused", False),
+                                     optimizer=args.get("optimizer"))
             else:
                 r = run_working_set(torch, ws, args["tensor_bytes"], args["steps"], args["warmup"],
                                     args.get("managed", False), side=args.get("side", 0))
@@ -530,9 +550,10 @@ def main():
     ap.add_argument("--lazy-warmup", type=int, default=20,
                     help="warm-up steps of the host-lazy runs when more than --warmup (the prefetch's trial) [20]")
     ap.add_argument("--deadline", type=int, default=240, help="start no run after this many seconds [240]")
-    ap.add_argument("--workload", choices=["read", "train", "train-fused"], default="read",
+    ap.add_argument("--workload", choices=["read"] + sorted(WORKLOADS), default="read",
                     help="read: every weight read once a step; train: forward, backward, Adam; "
-                         "train-fused: the same with Adam(fused=True) [read]")
+                         "train-fused: the same with Adam(fused=True); train-adamw, train-adamw-fused, "
+                         "train-sgd: AdamW, fused AdamW, SGD with momentum [read]")
     ap.add_argument("--shim-env", action="append", default=[], metavar="GVM_X=V",
                     help="one more setting for every shim run (repeatable), to try options")
     o = ap.parse_args()
@@ -557,7 +578,8 @@ def main():
     par = Parent(o)
     ws_list = [int(r * limit) for r in ratios]
     base = {"tensor_bytes": tensor_bytes, "steps": o.steps, "warmup": o.warmup,
-            "train": o.workload.startswith("train"), "fused": o.workload == "train-fused"}
+            "train": o.workload.startswith("train"), "fused": o.workload == "train-fused",
+            "optimizer": WORKLOADS.get(o.workload)}
     if o.workload.startswith("train") and o.warmup < 1:
         ap.error("--workload train needs --warmup >= 1 (the first step creates Adam's state)")
     lazy_warmup = max(o.warmup, o.lazy_warmup)
