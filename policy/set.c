@@ -19,6 +19,7 @@
 #include "core/held.h"
 #include "core/log.h"
 #include "core/topo.h"
+#include "core/trace.h"
 #include "gvmshim.h"
 #include "policy/policy.h"
 #include "policy/promote.h"
@@ -189,13 +190,15 @@ static int refuse(const struct gvm_config *next, const struct limits *to, const 
 }
 
 /* Evicts every lowered device down to its new limit. GVM_OK with the
- * bytes moved per device, or why not. */
-static int evict_down(const struct limits *to, const struct limits *from, size_t *moved,
+ * bytes moved and the seconds taken per device, or why not. */
+static int evict_down(const struct limits *to, const struct limits *from, size_t *moved, double *secs,
                       const struct item *items, int n, FILE *out)
 {
     for (int d = 0; d < gvm_topo.ndev; d++) {
         if (!lowered(to, from, d)) continue;
+        uint64_t t0 = gvm_trace_now();
         CUresult rc = gvm_spill_release(d, to->dev[d], &moved[d]);
+        secs[d] = (double)(gvm_trace_now() - t0) / 1e9;
         if (rc == CUDA_SUCCESS) continue;
         char held[32], gone[32];
         human(gvm_policy_usage(d), held, sizeof held);
@@ -248,7 +251,7 @@ static bool changes(const struct gvm_config *cur, const struct gvm_config *next)
 }
 
 static void report(const struct gvm_config *cur, const struct gvm_config *next, const struct item *items, int n,
-                   const size_t *moved, FILE *out)
+                   const size_t *moved, const double *secs, FILE *out)
 {
     char was[GVM_CFG_PATH_MAX], now[GVM_CFG_PATH_MAX];
     for (int i = 0; i < n; i++) {
@@ -264,7 +267,9 @@ static void report(const struct gvm_config *cur, const struct gvm_config *next, 
         human(moved[d], gone, sizeof gone);
         human(gvm_policy_usage(d), held, sizeof held);
         human(gvm_policy_limit(d), lim, sizeof lim);
-        fprintf(out, "device %d: moved %s out; holds %s, limit %s\n", d, gone, held, lim);
+        double s = secs[d] > 1e-9 ? secs[d] : 1e-9;
+        fprintf(out, "device %d: moved %s out in %.3f s (%.1f GB/s); holds %s, limit %s\n", d, gone, secs[d],
+                (double)moved[d] / s / 1e9, held, lim);
     }
 }
 
@@ -288,7 +293,8 @@ static int apply(const struct gvm_config *cur, struct gvm_config *next, const st
     limits_set(&to);
     gvm_policy_publish(next);
     size_t moved[GVM_MAX_DEVICES] = {0};
-    st = evict_down(&to, &from, moved, items, n, out);
+    double secs[GVM_MAX_DEVICES] = {0};
+    st = evict_down(&to, &from, moved, secs, items, n, out);
     if (st) {
         limits_set(&from);
         gvm_policy_publish(cur);
@@ -298,7 +304,7 @@ static int apply(const struct gvm_config *cur, struct gvm_config *next, const st
     gvm_heap_set_cache_idle(next->cache_idle * 1000000u);
     if (next->spill.n && next->promote) gvm_promoter_start();
     bring_home_raised(next, &to, &from);
-    report(cur, next, items, n, moved, out);
+    report(cur, next, items, n, moved, secs, out);
     return GVM_OK;
 }
 
@@ -324,7 +330,7 @@ int gvm_policy_set(char *const *kv, int n, FILE *out)
         memcpy(next, cur, sizeof *next);
         st = parse_items(next, kv, n, items, out) ? GVM_ERR_INVALID : GVM_OK;
         if (!st && !changes(cur, next)) {
-            report(cur, next, items, n, NULL, out);
+            report(cur, next, items, n, NULL, NULL, out);
         } else if (!st) {
             bool kept = false;
             st = apply(cur, next, items, n, &kept, out);
