@@ -148,15 +148,15 @@ static void map_all_and_close(void)
     gvm_relocate_hold_unmapped(false);   /* the gate holds every move back now */
 }
 
-/* Whether pauses may leave their copies to be mapped once reached
- * (pause_host_map=lazy): then every launch holds the move gate, so that no
- * pause unmaps memory while a launch whose kernel may reach it through an
- * address kept in device memory is being issued, and maps every such copy
- * before it goes. */
+/* Whether moves from outside may leave copies to be mapped once reached
+ * (policy/spill.h, gvm_spill_maps_later), or some are left from before the
+ * option was turned off: then every launch holds the move gate, so that
+ * no such move unmaps memory while a launch whose kernel may reach it
+ * through an address kept in device memory is being issued, and maps
+ * every such copy before it goes. */
 static bool pauses_lazily(void)
 {
-    const struct gvm_config *cfg = gvm_policy_cfg();
-    return cfg && cfg->pause_host_map == GVM_CFG_SPILL_HOST_MAP_LAZY;
+    return gvm_spill_maps_later() || __atomic_load_n(&gvm_region_shelf_pauses, __ATOMIC_RELAXED);
 }
 
 /* A launch whose reach is not known whole holds the move gate for its
