@@ -205,21 +205,20 @@ CUresult gvm_spill_release(int device, size_t limit, size_t *moved)
     *moved = 0;
     gvm_heap_trim(device);
     size_t usage = gvm_policy_usage(device);
-    if (usage <= limit) return CUDA_SUCCESS;
-    if (gvm_capture_open(-1)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;   /* a move would wait */
-    struct gvm_victims v = {0};
-    gvm_victims_resident(device, &v);
-    struct gvm_region **r = v.n ? calloc(v.n, sizeof *r) : NULL;
-    int n = r ? host_batch(device, usage - limit, &v, r) : 0;
     CUresult rc = CUDA_SUCCESS;
-    if (n) {
-        rc = spill_batch(device, r, n, moved);
-        gvm_heap_trim(device);   /* what moved out went to the pool */
+    /* Nothing to move, or a capture open: gvm_spill_down_to answers. */
+    if (usage > limit && !gvm_capture_open(-1)) {
+        struct gvm_victims v = {0};
+        gvm_victims_resident(device, &v);
+        struct gvm_region **r = v.n ? calloc(v.n, sizeof *r) : NULL;
+        int n = r ? host_batch(device, usage - limit, &v, r) : 0;
+        if (n) rc = spill_batch(device, r, n, moved);
+        free(r);
+        gvm_victims_free(&v);
     }
-    free(r);
-    gvm_victims_free(&v);
     if (rc != CUDA_SUCCESS) return rc;
-    /* What the batch skipped (busy, refused) or left for a peer. */
+    /* What the batch skipped (busy, refused) or left for a peer; it trims
+     * what moved out to the pool first. */
     size_t more = 0;
     rc = gvm_spill_down_to(device, limit, &more);
     *moved += more;
