@@ -220,15 +220,7 @@ static void give(const struct gvm_config *cfg, int d, size_t bytes, int to)
     size_t target = held > bytes ? held - bytes : 0;
     gvm_policy_set_limit(d, target < configured_limit(cfg, d) ? target : configured_limit(cfg, d));
     struct dev_share *s = &sh[d];
-    uint64_t before = __atomic_load_n(&gvm_clock, __ATOMIC_RELAXED);
     CUresult rc = gvm_spill_release(d, target, &moved);
-    /* A spill stamps its region with a tick of the use clock
-     * (core/relocate.c): absorbed here, or giving way would make this
-     * process look busy at its next round, and a busy one gives only down
-     * to its fair share (the asker then waited share_wait for the rest on
-     * a loaded machine: cpu test `share`, idle_process_gives_way). Only
-     * when the program used nothing since the round began. */
-    if (s->last_clock == before) s->last_clock = __atomic_load_n(&gvm_clock, __ATOMIC_RELAXED);
     GVM_SHARE_SET(&s->f, gave, GVM_SHARE_GET(&s->f, gave) + moved);
     GVM_SHARE_SET(&s->f, gave_to, (uint64_t)to);
     gvm_debug("share: gave %zu of %zu bytes on device %d to process %d (%d)", moved, bytes, d, to, (int)rc);
@@ -336,6 +328,11 @@ void gvm_share_make_room(int d, size_t need)
         others_can_give(cfg, d, p, n, now_ns())) {
         uint64_t start = now_ns(), wait = cfg->share_wait * MS;
         GVM_SHARE_SET(&s->f, active_ns, start);
+        /* What this process holds now, not at its last round: the others
+         * judge the request once, by the table (answer()), and one that
+         * read a stale, smaller figure would find room enough and never
+         * give (cpu test `share`, idle_process_gives_way). */
+        GVM_SHARE_SET(&s->f, held, held);
         GVM_SHARE_SET(&s->f, want, need);
         GVM_SHARE_SET(&s->f, want_seq, GVM_SHARE_GET(&s->f, want_seq) + 1);
         struct timespec nap = {0, 2 * 1000000L};
